@@ -1,0 +1,5 @@
+"""Routes (being built)."""
+
+from typing import Any
+
+routes: list[Any] = []

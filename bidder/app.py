@@ -1,0 +1,82 @@
+"""The Litestar application factory: routes of every interface, one error mapping, lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+from litestar import Litestar, MediaType, Request, Response, get
+from litestar.datastructures import State
+from litestar.exceptions import HTTPException
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from bidder import health, tracking
+from bidder.admin import routes as admin_routes
+from bidder.core import routes as core_routes
+from bidder.errors import ServiceError
+from bidder.observability import Metrics, configure_logging, request_context_middleware
+from bidder.openrtb import routes as openrtb_routes
+from bidder.runtime import Runtime
+from bidder.settings import Settings
+from bidder.web import http_exception_handler, service_error_handler, unexpected_handler
+
+log = logging.getLogger("bidder.app")
+
+
+@get("/healthz", media_type=MediaType.JSON, sync_to_thread=False)
+def healthz() -> dict[str, str]:
+    """Process alive."""
+    return {"status": "ok"}
+
+
+@get("/metrics", sync_to_thread=False)
+def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
+    metrics: Metrics = request.app.state.metrics
+    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litestar:
+    """The whole service for one environment. `runtime` lets tests share a prepared one."""
+    configure_logging(settings.log_level)
+    rt = runtime or Runtime(settings)
+    metrics = rt.metrics
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        await rt.start()
+        try:
+            yield
+        finally:
+            await rt.stop()
+
+    return Litestar(
+        route_handlers=[
+            healthz,
+            metrics_endpoint,
+            *health.routes,
+            *core_routes.routes,
+            *openrtb_routes.routes,
+            *tracking.routes(settings),
+            *admin_routes.routes,
+        ],
+        exception_handlers={
+            ServiceError: service_error_handler,
+            HTTPException: http_exception_handler,
+            Exception: unexpected_handler,
+        },
+        middleware=[request_context_middleware(metrics, logging.getLogger("bidder.access"))],
+        lifespan=[lifespan],
+        state=_state(rt, metrics),
+        openapi_config=None,
+        logging_config=None,
+        debug=False,
+        request_max_body_size=1_000_000,
+        type_encoders={msgspec.Struct: msgspec.to_builtins},
+    )
+
+
+def _state(rt: Runtime, metrics: Metrics) -> State:
+    return State({"runtime": rt, "metrics": metrics})

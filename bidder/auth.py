@@ -1,0 +1,60 @@
+"""Publisher API keys and the operator token.
+
+A key looks like `dk_live_<43 url-safe characters>` (production) or `dk_stg_...` (staging): the
+prefix names the environment, so a key never works in the other one. Only its SHA-256 is stored
+(keys are 256-bit random, so a slow hash would add nothing). Checking a key is a dict lookup in
+the worker's snapshot: no Postgres round trip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import datetime
+
+from bidder.errors import Unauthorized
+from matching.snapshot import ApiKeyInfo, Snapshot
+
+INVALID_KEY_MESSAGE = "Invalid or expired API key"
+
+
+def new_api_key(prefix: str) -> tuple[str, bytes]:
+    """A fresh key and its hash. The key is shown once and never stored."""
+    key = prefix + secrets.token_urlsafe(32)
+    return key, hash_key(key)
+
+
+def hash_key(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+def bearer_token(header: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, or None."""
+    if not header:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+def authenticate(
+    header: str | None, snapshot: Snapshot, prefix: str, now: datetime, code: str | None = None
+) -> ApiKeyInfo:
+    """The key's publisher, or Unauthorized for a missing, unknown, revoked, expired or
+    other-environment key (all answered alike, so a caller learns nothing from the difference)."""
+    token = bearer_token(header)
+    info = None
+    if token is not None and token.startswith(prefix):
+        info = snapshot.api_keys.get(hash_key(token))
+    if info is None or (info.expires_at is not None and info.expires_at <= now):
+        raise Unauthorized(INVALID_KEY_MESSAGE, code=code)
+    return info
+
+
+def admin_token_ok(header: str | None, expected: str) -> bool:
+    """Constant-time comparison of the operator token."""
+    token = bearer_token(header)
+    return token is not None and hmac.compare_digest(token.encode(), expected.encode())

@@ -1,0 +1,79 @@
+"""One error hierarchy with stable codes, rendered in each interface's documented shape.
+
+Core API and admin: `{"error": message}` (plus `status` where the contract asks for it).
+OpenRTB: `{error, message, details, deprecated, deprecation_message, documentation,
+migration_guide}` and the deprecation headers. Nothing ever leaks a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ServiceError(Exception):
+    """An answer other than success, with its HTTP status and a stable code."""
+
+    status: int = 500
+    code: str = "INTERNAL_ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int | None = None,
+        details: dict[str, Any] | None = None,
+        include_status: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.details = details or {}
+        self.include_status = include_status
+        self.headers = headers or {}
+
+
+class BadRequest(ServiceError):
+    status = 400
+    code = "INVALID_REQUEST"
+
+
+class Unauthorized(ServiceError):
+    status = 401
+    code = "INVALID_API_KEY"
+
+
+class Forbidden(ServiceError):
+    status = 403
+    code = "FORBIDDEN"
+
+
+class NotFound(ServiceError):
+    status = 404
+    code = "NOT_FOUND"
+
+
+class Unprocessable(ServiceError):
+    status = 422
+    code = "UNPROCESSABLE"
+
+
+class PayloadTooLarge(ServiceError):
+    status = 413
+    code = "PAYLOAD_TOO_LARGE"
+
+
+class UriTooLong(ServiceError):
+    status = 414
+    code = "URI_TOO_LONG"
+
+
+class Unavailable(ServiceError):
+    """A dependency of the hot path (Redis) cannot be reached; retry later."""
+
+    status = 503
+    code = "SERVICE_UNAVAILABLE"

@@ -1,0 +1,181 @@
+"""Structured JSON logs with a request id, and the Prometheus metrics of the service.
+
+No log line carries an API key, the admin token or a signing secret: the request middleware logs
+method, path template, status and timing only, and `SecretFilter` masks anything shaped like a
+key that reaches a message anyway.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from typing import Any
+
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+_KEY_PATTERN = re.compile(r"(dk_(?:live|stg)_)[A-Za-z0-9_\-]+|(Bearer\s+)\S+", re.IGNORECASE)
+_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message"}
+
+
+def mask_secrets(text: str) -> str:
+    return _KEY_PATTERN.sub(lambda m: (m.group(1) or m.group(2)) + "***", text)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time, level, logger, message, request_id, and any `extra`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": mask_secrets(record.getMessage()),
+            "request_id": request_id_var.get(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RESERVED and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exception"] = mask_secrets(self.formatException(record.exc_info))
+        return json.dumps(entry, default=str)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    handler.formatter.converter = time.gmtime  # type: ignore[union-attr]
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("granian.access", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class Metrics:
+    """The service's Prometheus collectors, on a registry of their own (one per app)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "http_requests",
+            "HTTP requests by route and status",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "http_request_duration_seconds",
+            "Request latency by route",
+            ["route"],
+            registry=r,
+            buckets=(
+                0.0005,
+                0.001,
+                0.002,
+                0.003,
+                0.005,
+                0.0075,
+                0.01,
+                0.025,
+                0.05,
+                0.1,
+                0.25,
+                0.5,
+                1.0,
+                2.5,
+            ),
+        )
+        self.bids = Counter("openrtb_bids", "OpenRTB bids made", registry=r)
+        self.no_bids = Counter(
+            "openrtb_no_bids", "OpenRTB no-bids by reason", ["reason"], registry=r
+        )
+        self.offers = Counter("offers", "Core offers by outcome", ["outcome"], registry=r)
+        self.queue_depth = Gauge(
+            "record_queue_depth", "Records waiting to reach Postgres", registry=r
+        )
+        self.queue_lag = Gauge(
+            "record_queue_lag_seconds", "Age of the oldest waiting record", registry=r
+        )
+        self.batch_size = Histogram(
+            "record_batch_size",
+            "Records per Postgres write batch",
+            registry=r,
+            buckets=(1, 10, 50, 100, 250, 500, 1000, 2000),
+        )
+        self.write_latency = Histogram(
+            "record_write_duration_seconds",
+            "Time to write one batch to Postgres",
+            registry=r,
+        )
+        self.records_written = Counter(
+            "records_written", "Records committed to Postgres", registry=r
+        )
+
+
+def _route_of(scope: Scope) -> str:
+    handler = scope.get("route_handler")
+    template = scope.get("path_template")
+    if isinstance(template, str):
+        return template
+    if handler is not None and getattr(handler, "paths", None):
+        return sorted(handler.paths)[0]
+    return "unmatched"
+
+
+def request_context_middleware(metrics: Metrics, log: logging.Logger) -> Any:
+    """ASGI middleware: request id (X-Request-ID in and out), metrics, and a log line for every
+    4xx/5xx and for slow requests."""
+
+    def factory(app: ASGIApp) -> ASGIApp:
+        async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != ScopeType.HTTP:
+                await app(scope, receive, send)
+                return
+            method = scope["method"]
+            incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+            request_id = incoming if 0 < len(incoming) <= 128 else uuid.uuid4().hex
+            token = request_id_var.set(request_id)
+            status_holder = [500]
+            start = time.perf_counter()
+
+            async def send_wrapper(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    status_holder[0] = message["status"]
+                    headers = list(message.get("headers", []))
+                    headers.append((b"x-request-id", request_id.encode("latin-1")))
+                    message["headers"] = headers
+                await send(message)
+
+            try:
+                await app(scope, receive, send_wrapper)
+            finally:
+                elapsed = time.perf_counter() - start
+                route = _route_of(scope)
+                status = status_holder[0]
+                metrics.requests.labels(route, method, str(status)).inc()
+                metrics.latency.labels(route).observe(elapsed)
+                if status >= 400 or elapsed > 0.5:
+                    log.log(
+                        logging.ERROR if status >= 500 else logging.INFO,
+                        "request",
+                        extra={
+                            "method": scope["method"],
+                            "route": route,
+                            "status": status,
+                            "duration_ms": round(elapsed * 1000, 3),
+                        },
+                    )
+                request_id_var.reset(token)
+
+        return middleware
+
+    return factory

@@ -1,0 +1,164 @@
+"""What one worker process holds: connections, the current snapshot, the budget view, and the
+background loops that keep them fresh (inventory reload, budget refresh, expiry sweep, record
+writer)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+import asyncpg
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from bidder.observability import Metrics
+from bidder.settings import Settings
+from matching.engine import Budget
+from matching.snapshot import Snapshot, build_snapshot
+from store.hot import HotState, connect
+from store.inventory_repo import current_version, export_document, load_api_keys
+from store.postgres import create_pool
+
+log = logging.getLogger("bidder.runtime")
+
+_BUDGET_REFRESH_SECONDS = 1.0
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Runtime:
+    """Per-process state. Handlers read `snapshot` and `budgets`; loops replace them whole."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.redis: Redis = connect(settings.redis_url, settings.redis_timeout_seconds)
+        self.hot = HotState(self.redis)
+        self.metrics = Metrics()
+        self.pool: asyncpg.Pool | None = None
+        self.snapshot: Snapshot | None = None
+        self.budgets: dict[str, Budget] = {}
+        self.started_at = time.monotonic()
+        self.last_postgres_error: str | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        self.extra_loops: list[Callable[[Runtime], Awaitable[None]]] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, load the snapshot if Postgres answers, and start the background loops.
+        Never fails on an unreachable dependency: /readyz reports it and the loops retry."""
+        with contextlib.suppress(Exception):
+            await self.connect_postgres()
+        with contextlib.suppress(Exception):
+            await self.reload_inventory()
+        self._spawn(self._inventory_loop())
+        self._spawn(self._budget_loop())
+        self._spawn(self._sweep_loop())
+        for loop in self.extra_loops:
+            self._spawn(loop(self))
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.pool is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.pool.close(), 5)
+        with contextlib.suppress(Exception):
+            await self.redis.aclose()
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        self._tasks.append(asyncio.ensure_future(coro))
+
+    async def sleep(self, seconds: float) -> bool:
+        """Sleep unless stopping; False once the runtime is stopping."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        return not self._stopping.is_set()
+
+    # -- Postgres and the snapshot -----------------------------------------------------------
+
+    async def connect_postgres(self) -> asyncpg.Pool:
+        if self.pool is None:
+            try:
+                self.pool = await create_pool(self.settings.database_url)
+                self.last_postgres_error = None
+            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+                self.last_postgres_error = type(exc).__name__
+                raise
+        return self.pool
+
+    async def reload_inventory(self) -> bool:
+        """Build a new snapshot when the stored inventory version moved; True when it did."""
+        pool = await self.connect_postgres()
+        async with pool.acquire() as conn:
+            version = await current_version(conn)
+            if self.snapshot is not None and self.snapshot.version == version:
+                return False
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                doc = await export_document(conn)
+                keys = await load_api_keys(conn)
+        snapshot = await asyncio.to_thread(build_snapshot, doc, keys, version)
+        await self.hot.sync_inventory(
+            {c.id: (c.shard, c.budget_micros) for c in snapshot.campaigns.values()},
+            snapshot.billing_codes,
+        )
+        self.snapshot = snapshot
+        log.info(
+            "inventory loaded",
+            extra={
+                "version": version,
+                "screens": len(snapshot.screens),
+                "campaigns": len(snapshot.campaigns),
+            },
+        )
+        return True
+
+    async def _inventory_loop(self) -> None:
+        while await self.sleep(self.settings.inventory_poll_seconds):
+            try:
+                await self.reload_inventory()
+                self.last_postgres_error = None
+            except (OSError, asyncpg.PostgresError, TimeoutError, RedisError) as exc:
+                self.last_postgres_error = type(exc).__name__
+            except Exception:
+                log.exception("inventory reload failed")
+
+    # -- budgets and expiry ------------------------------------------------------------------
+
+    async def _budget_loop(self) -> None:
+        while await self.sleep(_BUDGET_REFRESH_SECONDS):
+            with contextlib.suppress(RedisError, OSError):
+                self.budgets = await self.hot.read_budgets(utcnow())
+
+    def note_budget(self, campaign_id: str, budget: Budget | None) -> None:
+        """Fold a script's answer into the local budget view (today's figures kept as seen)."""
+        if budget is None:
+            return
+        seen = self.budgets.get(campaign_id)
+        daily_reserved = seen.daily_reserved if seen else 0
+        daily_spent = seen.daily_spent if seen else 0
+        self.budgets[campaign_id] = Budget(
+            budget.total, budget.reserved, budget.spent, daily_reserved, daily_spent
+        )
+
+    async def _sweep_loop(self) -> None:
+        while await self.sleep(self.settings.sweep_interval_seconds):
+            try:
+                expired = await self.hot.expire_due(utcnow())
+                if expired:
+                    log.info("offers expired", extra={"count": expired})
+            except (RedisError, OSError):
+                continue
+            except Exception:
+                log.exception("expiry sweep failed")

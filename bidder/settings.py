@@ -1,0 +1,180 @@
+"""Typed settings, read from the environment once and validated with every problem reported."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from urllib.parse import urlsplit
+
+ENVIRONMENTS = ("production", "staging")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_MIN_SECRET_LEN = 16
+
+
+class SettingsError(ValueError):
+    """The environment does not describe a runnable service; `problems` lists every reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid settings:\n  - " + "\n  - ".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the service reads from its environment. See the README's configuration table."""
+
+    database_url: str
+    redis_url: str
+    admin_token: str
+    signing_secrets: tuple[str, ...]
+    environment: str = "staging"
+    public_base_url: str = "http://127.0.0.1:8000"
+    tracking_base_url: str = ""
+    offer_ttl_seconds: int = 300
+    default_commission_rate: Decimal = Decimal("0.15")
+    inventory_poll_seconds: float = 0.5
+    sweep_interval_seconds: float = 5.0
+    record_writer: bool = True
+    record_batch_size: int = 500
+    redis_timeout_seconds: float = 0.25
+    log_level: str = "INFO"
+    migration_guide_url: str = ""
+    documentation_url: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tracking_path(self) -> str:
+        """The path part of TRACKING_BASE_URL: the tracking endpoint is served there."""
+        return urlsplit(self.tracking_base_url).path.rstrip("/") or "/functions/v1/track"
+
+    @property
+    def key_prefix(self) -> str:
+        """API keys carry their environment, so a staging key never works in production."""
+        return "dk_live_" if self.environment == "production" else "dk_stg_"
+
+    @property
+    def signing_secret(self) -> str:
+        """The newest secret signs; all of `signing_secrets` verify."""
+        return self.signing_secrets[0]
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int, problems: list[str]) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        problems.append(f"{name} must be a whole number, got {raw!r}")
+        return default
+    if value <= 0:
+        problems.append(f"{name} must be greater than 0, got {value}")
+    return value
+
+
+def _positive_float(
+    env: Mapping[str, str], name: str, default: float, problems: list[str]
+) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        problems.append(f"{name} must be a number, got {raw!r}")
+        return default
+    if value <= 0:
+        problems.append(f"{name} must be greater than 0, got {value}")
+    return value
+
+
+def _url(env: Mapping[str, str], name: str, schemes: tuple[str, ...], problems: list[str]) -> str:
+    raw = env.get(name, "").strip()
+    if not raw:
+        problems.append(f"{name} is required")
+        return ""
+    parts = urlsplit(raw)
+    if parts.scheme not in schemes or not parts.netloc:
+        problems.append(f"{name} must be a {' or '.join(schemes)} URL")
+    return raw
+
+
+def _public_urls(env: Mapping[str, str], problems: list[str]) -> tuple[str, str]:
+    public_base_url = env.get("PUBLIC_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+    if urlsplit(public_base_url).scheme not in ("http", "https"):
+        problems.append("PUBLIC_BASE_URL must be an http or https URL")
+    tracking_base_url = env.get("TRACKING_BASE_URL", "").rstrip("/")
+    if not tracking_base_url:
+        tracking_base_url = f"{public_base_url}/functions/v1/track"
+    elif urlsplit(tracking_base_url).scheme not in ("http", "https"):
+        problems.append("TRACKING_BASE_URL must be an http or https URL")
+    return public_base_url, tracking_base_url
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate the settings; raise SettingsError naming every problem at once."""
+    env = os.environ if env is None else env
+    problems: list[str] = []
+
+    database_url = _url(env, "DATABASE_URL", ("postgres", "postgresql"), problems)
+    redis_url = _url(env, "REDIS_URL", ("redis", "rediss", "unix"), problems)
+
+    admin_token = env.get("ADMIN_TOKEN", "")
+    if len(admin_token) < _MIN_SECRET_LEN:
+        problems.append(f"ADMIN_TOKEN is required, at least {_MIN_SECRET_LEN} characters")
+
+    secrets = tuple(s.strip() for s in env.get("SIGNING_SECRETS", "").split(",") if s.strip())
+    if not secrets:
+        problems.append("SIGNING_SECRETS is required (comma-separated, newest first)")
+    elif any(len(s) < _MIN_SECRET_LEN for s in secrets):
+        problems.append(f"every SIGNING_SECRETS entry needs at least {_MIN_SECRET_LEN} characters")
+
+    environment = env.get("BIDDER_ENV", "staging")
+    if environment not in ENVIRONMENTS:
+        problems.append(f"BIDDER_ENV must be one of {', '.join(ENVIRONMENTS)}, got {environment!r}")
+
+    public_base_url, tracking_base_url = _public_urls(env, problems)
+
+    commission_raw = env.get("DEFAULT_COMMISSION_RATE", "0.15")
+    try:
+        commission = Decimal(commission_raw)
+        if not Decimal(0) <= commission <= Decimal(1):
+            problems.append("DEFAULT_COMMISSION_RATE must be between 0 and 1")
+    except InvalidOperation:
+        problems.append(f"DEFAULT_COMMISSION_RATE must be a decimal number, got {commission_raw!r}")
+        commission = Decimal("0.15")
+
+    log_level = env.get("LOG_LEVEL", "INFO").upper()
+    if log_level not in LOG_LEVELS:
+        problems.append(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}")
+
+    writer_raw = env.get("RECORD_WRITER", "1").lower()
+    if writer_raw not in ("0", "1", "true", "false"):
+        problems.append("RECORD_WRITER must be 1 or 0")
+
+    settings = Settings(
+        database_url=database_url,
+        redis_url=redis_url,
+        admin_token=admin_token,
+        signing_secrets=secrets,
+        environment=environment,
+        public_base_url=public_base_url,
+        tracking_base_url=tracking_base_url,
+        offer_ttl_seconds=_positive_int(env, "OFFER_TTL_SECONDS", 300, problems),
+        default_commission_rate=commission,
+        inventory_poll_seconds=_positive_float(env, "INVENTORY_POLL_SECONDS", 0.5, problems),
+        sweep_interval_seconds=_positive_float(env, "SWEEP_INTERVAL_SECONDS", 5.0, problems),
+        record_writer=writer_raw in ("1", "true"),
+        record_batch_size=_positive_int(env, "RECORD_BATCH_SIZE", 500, problems),
+        redis_timeout_seconds=_positive_float(env, "REDIS_TIMEOUT_SECONDS", 0.25, problems),
+        log_level=log_level,
+        migration_guide_url=env.get(
+            "MIGRATION_GUIDE_URL", f"{public_base_url}/docs/migration-openrtb-to-core"
+        ),
+        documentation_url=env.get("DOCUMENTATION_URL", f"{public_base_url}/docs/api-openrtb"),
+    )
+    if problems:
+        raise SettingsError(problems)
+    return settings

@@ -1,0 +1,96 @@
+"""Request-level helpers shared by every interface: the runtime, and errors in each
+interface's documented shape."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+from redis.exceptions import RedisError
+
+from bidder.deprecation import OPENRTB_PREFIX, deprecation_headers, openrtb_error_body
+from bidder.errors import ServiceError
+from bidder.runtime import Runtime
+
+log = logging.getLogger("bidder.web")
+
+_HTTP_MESSAGES = {
+    400: "Bad request",
+    404: "Not found",
+    405: "Method not allowed",
+    413: "Request body too large",
+    414: "Request URI too long",
+    415: "Unsupported media type",
+}
+_HTTP_CODES = {
+    400: "INVALID_REQUEST",
+    401: "INVALID_API_KEY",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    413: "PAYLOAD_TOO_LARGE",
+    414: "URI_TOO_LONG",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+}
+
+
+def runtime_of(request: Request[Any, Any, Any]) -> Runtime:
+    rt: Runtime = request.app.state.runtime
+    return rt
+
+
+def error_response(request: Request[Any, Any, Any], exc: ServiceError) -> Response[Any]:
+    """Render a ServiceError in the shape of the interface the request called."""
+    settings = runtime_of(request).settings
+    headers = dict(exc.headers)
+    if request.url.path.startswith(OPENRTB_PREFIX):
+        body: dict[str, Any] = openrtb_error_body(settings, exc.code, exc.message, exc.details)
+        headers.update(deprecation_headers(settings))
+    else:
+        body = {"error": exc.message}
+        if exc.include_status:
+            body["status"] = exc.status
+        if exc.details:
+            body["details"] = exc.details
+    return Response(body, status_code=exc.status, headers=headers, media_type=MediaType.JSON)
+
+
+def service_error_handler(request: Request[Any, Any, Any], exc: ServiceError) -> Response[Any]:
+    return error_response(request, exc)
+
+
+def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    """Framework errors (unknown route, wrong method, body too large, ...) in our shapes."""
+    status = exc.status_code
+    if status >= 500:
+        return unexpected_handler(request, exc)
+    message = _HTTP_MESSAGES.get(status, exc.detail or "Request failed")
+    if status == 405:
+        message = f"Method {request.method} not allowed on this path"
+    return error_response(
+        request,
+        ServiceError(
+            message,
+            status=status,
+            code=_HTTP_CODES.get(status, "INVALID_REQUEST"),
+            headers={k: v for k, v in (exc.headers or {}).items() if k.lower() == "allow"},
+        ),
+    )
+
+
+def unexpected_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    if isinstance(exc, RedisError | OSError) and not request.url.path.startswith(OPENRTB_PREFIX):
+        return error_response(
+            request,
+            ServiceError(
+                "Service temporarily unavailable, retry shortly",
+                status=503,
+                code="SERVICE_UNAVAILABLE",
+                headers={"Retry-After": "1"},
+            ),
+        )
+    log.exception("unhandled error", extra={"path": request.url.path})
+    message = "Failed to process the offer" if "/offers/" in request.url.path else "Internal error"
+    return error_response(request, ServiceError(message, status=HTTP_500_INTERNAL_SERVER_ERROR))

@@ -1,0 +1,13 @@
+#!/usr/bin/env sh
+# Creates .venv with the locked dependencies (uv.lock), using only the machine's python3.
+# Sourced by run-demo.sh and run-tests.sh; safe to run again (a no-op when up to date).
+set -eu
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+UV_VERSION="0.13.9"
+if [ ! -x .run/tools/bin/uv ]; then
+  echo "bootstrap: installing uv $UV_VERSION into .run/tools" >&2
+  "$PYTHON" -m venv .run/tools
+  .run/tools/bin/python -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+fi
+.run/tools/bin/uv sync --quiet --frozen --python "$PYTHON" --extra local "$@"

@@ -1,0 +1,183 @@
+"""Eligibility, pricing and selection: which campaign and creative a screen gets, at what price.
+
+Pure: no I/O, no clock reads. `now` and the budget view are passed in. A no-match is a normal
+return value (`NoMatch` with a reason), never an exception.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Literal
+
+from matching.money import play_price_micros
+from matching.snapshot import CampaignInfo, CreativeInfo, ScreenInfo, Snapshot
+
+# Richer kinds first: a moving screen shows a video before a still image of the same campaign.
+_KIND_PREFERENCE = {"video": 0, "cinemagraph": 1, "image": 2}
+
+NoMatchReason = Literal[
+    "no_eligible",  # nothing can serve this screen now
+    "below_minimum",  # something is eligible, but nothing reaches the minimum bid
+    "no_compatible_asset",  # OpenRTB: no asset of a kind the screen type takes
+    "resolution_mismatch",  # OpenRTB: compatible assets, none exactly w x h
+    "mime_not_allowed",  # OpenRTB: exact-size assets, none of an accepted MIME type
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A campaign's live budget state in micro-cents, as last seen by this worker."""
+
+    total: int
+    reserved: int
+    spent: int
+    daily_reserved: int = 0
+    daily_spent: int = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.total - self.reserved - self.spent
+
+    def share_left(self) -> Decimal:
+        return Decimal(self.remaining) / Decimal(self.total) if self.total > 0 else Decimal(0)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    campaign: CampaignInfo
+    creative: CreativeInfo
+    price_micros: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoMatch:
+    reason: NoMatchReason
+
+
+@dataclass(frozen=True, slots=True)
+class VideoSlot:
+    """OpenRTB: the exact creative size and the MIME types the SSP takes."""
+
+    width: int
+    height: int
+    mimes: frozenset[str] | None
+
+
+def covers(campaign: CampaignInfo, budget: Budget | None, price_micros: int) -> bool:
+    """Whether the remaining total and daily budget cover one more play at `price_micros`."""
+    if budget is None:  # not yet seen by this worker: the reservation script decides
+        return campaign.budget_micros >= price_micros
+    if budget.remaining < price_micros:
+        return False
+    daily = campaign.daily_budget_micros
+    return daily is None or daily - budget.daily_reserved - budget.daily_spent >= price_micros
+
+
+def candidates(snapshot: Snapshot, screen: ScreenInfo) -> Iterator[CampaignInfo]:
+    """Campaigns that may serve `screen`, highest CPM first (publisher/type list merged with
+    the campaigns that target this screen by id)."""
+    general = snapshot.candidates.get((screen.type, screen.publisher_id), ())
+    targeted = snapshot.candidates_by_screen.get(screen.id)
+    if not targeted:
+        return iter(general)
+    return heapq.merge(general, targeted, key=lambda c: (-c.cpm_cents, c.id))
+
+
+def pick_creative(
+    campaign: CampaignInfo, screen: ScreenInfo, slot: VideoSlot | None = None
+) -> CreativeInfo | NoMatchReason:
+    """The campaign's best creative for the screen (and the OpenRTB slot), or why none fits."""
+    compatible = campaign.creatives_for(screen.type)
+    if not compatible:
+        return "no_compatible_asset"
+    if slot is None:
+        return min(
+            compatible,
+            key=lambda c: (
+                (c.width, c.height) != (screen.width, screen.height),
+                _KIND_PREFERENCE[c.kind],
+                c.id,
+            ),
+        )
+    sized = [c for c in compatible if c.width == slot.width and c.height == slot.height]
+    if not sized:
+        return "resolution_mismatch"
+    allowed = [c for c in sized if slot.mimes is None or c.mime_type in slot.mimes]
+    if not allowed:
+        return "mime_not_allowed"
+    return min(allowed, key=lambda c: (_KIND_PREFERENCE[c.kind], c.id))
+
+
+# How far an OpenRTB request got, to tell "no asset" from "wrong size" from "wrong MIME".
+_REASON_RANK: dict[NoMatchReason, int] = {
+    "no_eligible": 0,
+    "below_minimum": 1,
+    "no_compatible_asset": 2,
+    "resolution_mismatch": 3,
+    "mime_not_allowed": 4,
+}
+
+
+def select(
+    snapshot: Snapshot,
+    screen: ScreenInfo,
+    now: datetime,
+    budgets: Mapping[str, Budget],
+    *,
+    audience: Decimal | None = None,
+    min_price_micros: int = 0,
+    slot: VideoSlot | None = None,
+    exclude: Iterable[str] = (),
+) -> Match | NoMatch:
+    """The best-paying eligible campaign for `screen` (decisions section 3).
+
+    Price is cpm x audience / 1000; the audience is the screen's unless the OpenRTB request
+    gives one. Ties on price go to the larger share of budget left. `exclude` names campaigns a
+    reservation already refused this request (budget or frequency cap reached).
+    """
+    if not screen.active:
+        return NoMatch("no_eligible")
+    audience = screen.audience_per_play if audience is None else audience
+    local = now.astimezone(screen.zone)
+    weekday, hour = local.weekday(), local.hour
+    skipped = frozenset(exclude)
+
+    best: list[tuple[CampaignInfo, CreativeInfo]] = []
+    best_price = -1
+    furthest: NoMatchReason = "no_eligible"
+    for campaign in candidates(snapshot, screen):
+        price = play_price_micros(campaign.cpm_cents, audience)
+        if best and price < best_price:
+            break  # sorted by CPM: nothing further can tie
+        if (
+            campaign.id in skipped
+            or not campaign.in_flight(now)
+            or not campaign.in_daypart(weekday, hour)
+            or not campaign.admits(screen)
+            or not covers(campaign, budgets.get(campaign.id), price)
+        ):
+            continue
+        if price < min_price_micros or price <= 0:
+            furthest = max(furthest, "below_minimum", key=_REASON_RANK.__getitem__)
+            break  # sorted by price: every campaign after this one pays even less
+        creative = pick_creative(campaign, screen, slot)
+        if isinstance(creative, str):
+            furthest = max(furthest, creative, key=_REASON_RANK.__getitem__)
+            continue
+        best.append((campaign, creative))
+        best_price = price
+    if not best:
+        return NoMatch(furthest)
+    campaign, creative = max(best, key=lambda pair: _share_left(pair[0], budgets.get(pair[0].id)))
+    return Match(campaign=campaign, creative=creative, price_micros=best_price)
+
+
+def _share_left(campaign: CampaignInfo, budget: Budget | None) -> Decimal:
+    if budget is None:
+        return Decimal(1)
+    total = budget.total or campaign.budget_micros
+    return Decimal(total - budget.reserved - budget.spent) / Decimal(total) if total else Decimal(0)

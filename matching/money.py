@@ -1,0 +1,88 @@
+"""Exact money: every amount is an integer number of micro-cents (1e-6 cent), never a float.
+
+The wire carries decimal cents (`2.5` is two and a half cents); `Decimal` is used only at the
+edges to convert. Postgres keeps NUMERIC(20, 6) cents, which is the same unit.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal, InvalidOperation
+
+MICROS_PER_CENT = 1_000_000
+CENT_PLACES = Decimal("0.000001")
+_MICROS = Decimal(MICROS_PER_CENT)
+
+
+class MoneyError(ValueError):
+    """An amount that cannot be money: not a number, not finite, or finer than a micro-cent."""
+
+
+def parse_cents(value: object) -> Decimal:
+    """A wire value (JSON number, numeric string or Decimal) as a finite Decimal of cents."""
+    if isinstance(value, bool):
+        raise MoneyError("must be a number")
+    if isinstance(value, Decimal):
+        amount = value
+    elif isinstance(value, int | str):
+        try:
+            amount = Decimal(str(value).strip())
+        except InvalidOperation:
+            raise MoneyError("must be a number") from None
+    elif isinstance(value, float):
+        amount = Decimal(repr(value))
+    else:
+        raise MoneyError("must be a number")
+    if not amount.is_finite():
+        raise MoneyError("must be a finite number")
+    return amount
+
+
+def cents_to_micros(cents: Decimal, *, exact: bool = True) -> int:
+    """Decimal cents to micro-cents. `exact` refuses finer amounts; otherwise rounds up."""
+    scaled = cents * _MICROS
+    whole = scaled.to_integral_value(rounding=ROUND_CEILING)
+    if exact and whole != scaled:
+        raise MoneyError("has more than 6 decimal places of a cent")
+    return int(whole)
+
+
+def plain(value: Decimal) -> Decimal:
+    """Drop trailing zeros but keep a plain exponent (normalize() would turn 100 into 1E+2)."""
+    normalized = value.normalize()
+    exponent = normalized.as_tuple().exponent
+    if isinstance(exponent, int) and exponent > 0:
+        return normalized.quantize(Decimal(1))
+    return normalized
+
+
+def micros_to_cents(micros: int) -> Decimal:
+    """Micro-cents to Decimal cents without trailing zeros (2500000 -> Decimal('2.5'))."""
+    return plain(Decimal(micros) / _MICROS)
+
+
+def play_price_micros(cpm_cents: Decimal, audience: Decimal) -> int:
+    """Price of one play: cpm x audience / 1000, half-even to the micro-cent."""
+    price = cpm_cents * audience * _MICROS / Decimal(1000)
+    return int(price.to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def commission_micros(gross_micros: int, rate: Decimal) -> int:
+    """Commission on a gross amount at `rate` (0..1), rounded half-even to the micro-cent."""
+    return int((Decimal(gross_micros) * rate).to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def split_gross(gross_micros: int, rate: Decimal) -> tuple[int, int]:
+    """(net, commission) with net + commission == gross exactly."""
+    commission = commission_micros(gross_micros, rate)
+    return gross_micros - commission, commission
+
+
+def openrtb_min_bid_micros(bidfloor_cpm_eur: Decimal, audience: Decimal) -> int:
+    """OpenRTB minimum bid: bidfloor (EUR CPM) x audience / 10 cents, rounded UP to a whole cent."""
+    cents = (bidfloor_cpm_eur * audience / Decimal(10)).to_integral_value(rounding=ROUND_CEILING)
+    return int(cents) * MICROS_PER_CENT
+
+
+def micros_to_eur(micros: int) -> Decimal:
+    """Micro-cents to EUR (cents / 100), without trailing zeros."""
+    return plain(Decimal(micros) / (_MICROS * 100))

@@ -1,0 +1,271 @@
+"""The immutable in-memory inventory a worker matches against, indexed for the hot path.
+
+Built from an InventoryDocument (plus API keys) by `build_snapshot`; never mutated afterwards, so
+a request reads one consistent view while a newer snapshot is being built beside it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+from matching.inventory import (
+    COMPATIBLE_KINDS,
+    SCREEN_TYPES,
+    Advertiser,
+    Campaign,
+    Creative,
+    InventoryDocument,
+    Publisher,
+    Screen,
+    mime_type_for,
+)
+from matching.money import cents_to_micros
+
+#: Hot-state shards. Every Redis key of a campaign, and of the offers and deals made from it,
+#: carries the hash tag of its shard, so each Lua script touches one Redis Cluster slot.
+SHARDS = 16
+
+
+def campaign_shard(campaign_id: str) -> int:
+    """The hot-state shard of a campaign: stable across processes and releases."""
+    return zlib.crc32(campaign_id.encode()) % SHARDS
+
+
+@dataclass(frozen=True, slots=True)
+class CreativeInfo:
+    id: str
+    url: str
+    kind: str
+    width: int
+    height: int
+    duration_seconds: int
+    mime_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignInfo:
+    """A campaign as matching needs it: prices in micro-cents, targeting as sets."""
+
+    id: str
+    advertiser_id: str
+    name: str
+    active: bool
+    cpm_cents: Decimal
+    budget_micros: int
+    daily_budget_micros: int | None
+    start_at: datetime | None
+    end_at: datetime | None
+    max_plays_per_screen_per_hour: int | None
+    publisher_ids: frozenset[str] | None
+    screen_ids: frozenset[str] | None
+    screen_types: frozenset[str] | None
+    venue_types: frozenset[str] | None
+    dayparts: tuple[tuple[frozenset[int], int, int], ...] | None
+    creatives: tuple[CreativeInfo, ...]
+    shard: int
+
+    def in_flight(self, now: datetime) -> bool:
+        if self.start_at is not None and now < self.start_at:
+            return False
+        return self.end_at is None or now < self.end_at
+
+    def in_daypart(self, weekday: int, hour: int) -> bool:
+        if self.dayparts is None:
+            return True
+        return any(weekday in days and start <= hour < end for days, start, end in self.dayparts)
+
+    def admits(self, screen: ScreenInfo) -> bool:
+        """Static targeting: publisher, screen, type and venue allow-lists."""
+        if self.publisher_ids is not None and screen.publisher_id not in self.publisher_ids:
+            return False
+        if self.screen_ids is not None and screen.id not in self.screen_ids:
+            return False
+        if self.screen_types is not None and screen.type not in self.screen_types:
+            return False
+        return self.venue_types is None or screen.venue_type in self.venue_types
+
+    def creatives_for(self, screen_type: str) -> tuple[CreativeInfo, ...]:
+        kinds = COMPATIBLE_KINDS[screen_type]
+        return tuple(c for c in self.creatives if c.kind in kinds)
+
+
+@dataclass(frozen=True, slots=True)
+class ScreenInfo:
+    id: str
+    publisher_id: str
+    external_id: str | None
+    name: str
+    type: str
+    width: int
+    height: int
+    audience_per_play: Decimal
+    venue_type: str | None
+    zone: ZoneInfo
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherInfo:
+    id: str
+    name: str
+    commission_rate: Decimal
+    external_ids_enabled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyInfo:
+    key_id: str
+    publisher_id: str
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One consistent, indexed view of the inventory and the API keys."""
+
+    version: int
+    publishers: dict[str, PublisherInfo]
+    advertisers: dict[str, Advertiser]
+    screens: dict[str, ScreenInfo]
+    screens_by_external_id: dict[tuple[str, str], ScreenInfo]
+    campaigns: dict[str, CampaignInfo]
+    billing_codes: dict[tuple[str, str], str]
+    api_keys: dict[bytes, ApiKeyInfo]
+    # (screen type, publisher id) -> campaigns that may serve there, highest CPM first.
+    candidates: dict[tuple[str, str], tuple[CampaignInfo, ...]] = field(default_factory=dict)
+    # screen id -> campaigns that target that screen by id, highest CPM first.
+    candidates_by_screen: dict[str, tuple[CampaignInfo, ...]] = field(default_factory=dict)
+
+    def billing_code(self, advertiser_id: str, publisher_id: str) -> str | None:
+        return self.billing_codes.get((advertiser_id, publisher_id))
+
+
+def _campaign_info(campaign: Campaign, creatives: list[Creative]) -> CampaignInfo:
+    t = campaign.targeting
+    approved = tuple(
+        CreativeInfo(
+            id=c.id,
+            url=c.url,
+            kind=c.kind,
+            width=c.width,
+            height=c.height,
+            duration_seconds=c.duration_seconds,
+            mime_type=mime_type_for(c.url) or "",
+        )
+        for c in sorted(creatives, key=lambda c: c.id)
+        if c.approved
+    )
+    return CampaignInfo(
+        id=campaign.id,
+        advertiser_id=campaign.advertiser_id,
+        name=campaign.name,
+        active=campaign.status == "active",
+        cpm_cents=campaign.cpm_cents,
+        budget_micros=cents_to_micros(campaign.budget_cents, exact=False),
+        daily_budget_micros=(
+            None
+            if campaign.daily_budget_cents is None
+            else cents_to_micros(campaign.daily_budget_cents, exact=False)
+        ),
+        start_at=campaign.start_at,
+        end_at=campaign.end_at,
+        max_plays_per_screen_per_hour=campaign.max_plays_per_screen_per_hour,
+        publisher_ids=frozenset(t.publisher_ids) if t.publisher_ids is not None else None,
+        screen_ids=frozenset(t.screen_ids) if t.screen_ids is not None else None,
+        screen_types=frozenset(t.screen_types) if t.screen_types is not None else None,
+        venue_types=frozenset(t.venue_types) if t.venue_types is not None else None,
+        dayparts=(
+            None
+            if t.dayparts is None
+            else tuple((frozenset(p.days), p.start_hour, p.end_hour) for p in t.dayparts)
+        ),
+        creatives=approved,
+        shard=campaign_shard(campaign.id),
+    )
+
+
+def _screen_info(screen: Screen, zones: dict[str, ZoneInfo]) -> ScreenInfo:
+    zone = zones.get(screen.timezone)
+    if zone is None:
+        zone = zones[screen.timezone] = ZoneInfo(screen.timezone)
+    return ScreenInfo(
+        id=screen.id,
+        publisher_id=screen.publisher_id,
+        external_id=screen.external_id,
+        name=screen.name,
+        type=screen.type,
+        width=screen.width,
+        height=screen.height,
+        audience_per_play=screen.audience_per_play,
+        venue_type=screen.venue_type,
+        zone=zone,
+        active=screen.active,
+    )
+
+
+def _publisher_info(publisher: Publisher) -> PublisherInfo:
+    return PublisherInfo(
+        id=publisher.id,
+        name=publisher.name,
+        commission_rate=publisher.commission_rate,
+        external_ids_enabled=publisher.external_ids_enabled,
+    )
+
+
+def build_snapshot(
+    doc: InventoryDocument, api_keys: dict[bytes, ApiKeyInfo] | None = None, version: int = 0
+) -> Snapshot:
+    """Index a document for matching. Only active campaigns with approved creatives are kept."""
+    zones: dict[str, ZoneInfo] = {}
+    screens = {s.id: _screen_info(s, zones) for s in doc.screens}
+    by_external = {
+        (s.publisher_id, s.external_id): s for s in screens.values() if s.external_id is not None
+    }
+    creatives_by_campaign: dict[str, list[Creative]] = {}
+    for creative in doc.creatives:
+        creatives_by_campaign.setdefault(creative.campaign_id, []).append(creative)
+    campaigns = {
+        c.id: _campaign_info(c, creatives_by_campaign.get(c.id, [])) for c in doc.campaigns
+    }
+    servable = sorted(
+        (c for c in campaigns.values() if c.active and c.creatives),
+        key=lambda c: (-c.cpm_cents, c.id),
+    )
+
+    candidates: dict[tuple[str, str], tuple[CampaignInfo, ...]] = {}
+    by_screen: dict[str, list[CampaignInfo]] = {}
+    publisher_ids = {p.id for p in doc.publishers} | {s.publisher_id for s in doc.screens}
+    for screen_type in SCREEN_TYPES:
+        typed = [
+            c
+            for c in servable
+            if c.creatives_for(screen_type)
+            and (c.screen_types is None or screen_type in c.screen_types)
+        ]
+        for publisher_id in publisher_ids:
+            candidates[(screen_type, publisher_id)] = tuple(
+                c
+                for c in typed
+                if c.screen_ids is None
+                and (c.publisher_ids is None or publisher_id in c.publisher_ids)
+            )
+    for campaign in servable:
+        for screen_id in campaign.screen_ids or ():
+            by_screen.setdefault(screen_id, []).append(campaign)
+
+    return Snapshot(
+        version=version,
+        publishers={p.id: _publisher_info(p) for p in doc.publishers},
+        advertisers={a.id: a for a in doc.advertisers},
+        screens=screens,
+        screens_by_external_id=by_external,
+        campaigns=campaigns,
+        billing_codes={(b.advertiser_id, b.publisher_id): b.code for b in doc.billing_codes},
+        api_keys=api_keys or {},
+        candidates=candidates,
+        candidates_by_screen={k: tuple(v) for k, v in by_screen.items()},
+    )

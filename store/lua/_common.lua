@@ -1,0 +1,43 @@
+-- Shared helpers, prepended to every script at load time (see store/hot.py).
+-- Amounts are integer micro-cents. Budget fields of a campaign live in the shard's hash:
+--   <cid>:t total, <cid>:r reserved, <cid>:s spent; per UTC day <cid>:r and <cid>:s in day hashes.
+
+local function num(v)
+  if v == false or v == nil then return 0 end
+  return tonumber(v)
+end
+
+local function hash_to_table(flat)
+  local t = {}
+  for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
+  return t
+end
+
+local function day_key_for(offer, today_key, yesterday_key, today, yesterday)
+  if offer['day'] == today then return today_key end
+  if offer['day'] == yesterday then return yesterday_key end
+  return nil
+end
+
+-- Release an open offer's reservation and mark it with a final status. Returns the campaign's
+-- budget triple after the change.
+local function settle(budget_key, day_key, offer_key, offer, status, spend, now_ms)
+  local cid = offer['campaign']
+  local price = tonumber(offer['price'])
+  redis.call('HINCRBY', budget_key, cid .. ':r', -price)
+  if spend > 0 then redis.call('HINCRBY', budget_key, cid .. ':s', spend) end
+  if day_key then
+    redis.call('HINCRBY', day_key, cid .. ':r', -price)
+    if spend > 0 then redis.call('HINCRBY', day_key, cid .. ':s', spend) end
+  end
+  redis.call('HSET', offer_key, 'status', status, 'resolved_ms', now_ms)
+  offer['status'] = status
+  offer['resolved_ms'] = tostring(now_ms)
+  local b = redis.call('HMGET', budget_key, cid .. ':t', cid .. ':r', cid .. ':s')
+  return {num(b[1]), num(b[2]), num(b[3])}
+end
+
+local function enqueue(queue_key, kind, offer, payload, extra)
+  redis.call('XADD', queue_key, '*', 't', kind, 'o', cjson.encode(offer), 'p', payload,
+             'x', cjson.encode(extra))
+end

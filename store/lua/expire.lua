@@ -1,0 +1,24 @@
+-- Expire one offer whose time is up: release its reservation, record the outcome. Safe to run
+-- from any number of workers at once: only an offer still open is settled, once.
+-- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
+--       5 record queue, 6 expiry zset
+-- ARGV: 1 offer id, 2 now_ms, 3 today, 4 yesterday, 5 offer key ttl ms after resolution
+-- Returns 1 when this call expired it, 0 otherwise.
+local offer_flat = redis.call('HGETALL', KEYS[1])
+if #offer_flat == 0 then
+  redis.call('ZREM', KEYS[6], ARGV[1])
+  return 0
+end
+local offer = hash_to_table(offer_flat)
+local now = tonumber(ARGV[2])
+if offer['status'] ~= 'open' then
+  redis.call('ZREM', KEYS[6], ARGV[1])
+  return 0
+end
+if tonumber(offer['expires_ms']) > now then return 0 end
+settle(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[3], ARGV[4]), KEYS[1], offer,
+       'expired', 0, now)
+redis.call('ZREM', KEYS[6], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))
+enqueue(KEYS[5], 'offer_expired', offer, '{}', {})
+return 1

@@ -1,0 +1,24 @@
+-- An OpenRTB loss notice. The first notice for a bid is recorded and, while the bid is still
+-- open, releases its reservation; a notice after billing is recorded and changes nothing.
+-- Retries only increment the counter.
+-- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
+--       5 record queue, 6 expiry zset
+-- ARGV: 1 now_ms, 2 today, 3 yesterday, 4 notice payload (JSON), 5 offer key ttl ms
+-- Returns {status, count}: status 'first' | 'retry' | 'unknown'.
+local offer_flat = redis.call('HGETALL', KEYS[1])
+if #offer_flat == 0 then return {'unknown', 0} end
+local offer = hash_to_table(offer_flat)
+if offer['channel'] ~= 'openrtb' then return {'unknown', 0} end
+local count = redis.call('HINCRBY', KEYS[1], 'loss_count', 1)
+if count > 1 then return {'retry', count} end
+local now = tonumber(ARGV[1])
+local extra = {after_billing = offer['status'] == 'billed', released = 0}
+if offer['status'] == 'open' then
+  extra['released'] = tonumber(offer['price'])
+  settle(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[2], ARGV[3]), KEYS[1], offer,
+         'lost', 0, now)
+  redis.call('ZREM', KEYS[6], offer['offer_id'])
+end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))
+enqueue(KEYS[5], 'loss_notice', offer, ARGV[4], extra)
+return {'first', count}

@@ -1,0 +1,41 @@
+-- Create an offer (Core) or a bid (OpenRTB) and reserve its price, atomically.
+-- KEYS: 1 budget hash, 2 today's day hash, 3 this hour's frequency hash, 4 offer hash,
+--       5 expiry zset, 6 record queue (stream)
+-- ARGV: 1 campaign id, 2 price, 3 daily limit (-1: none), 4 frequency cap (-1: none),
+--       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms, 9 record payload (JSON),
+--       10.. offer field/value pairs
+-- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}.
+local cid, price = ARGV[1], tonumber(ARGV[2])
+local daily_limit, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
+local b = redis.call('HMGET', KEYS[1], cid .. ':t', cid .. ':r', cid .. ':s')
+if b[1] == false then return {0, 'unknown_campaign', 0, 0, 0} end
+local total, reserved, spent = num(b[1]), num(b[2]), num(b[3])
+if total - reserved - spent < price then return {0, 'budget', total, reserved, spent} end
+if daily_limit >= 0 then
+  local d = redis.call('HMGET', KEYS[2], cid .. ':r', cid .. ':s')
+  if daily_limit - num(d[1]) - num(d[2]) < price then
+    return {0, 'daily_budget', total, reserved, spent}
+  end
+end
+local freq_field = cid .. ':' .. ARGV[5]
+if cap >= 0 and num(redis.call('HGET', KEYS[3], freq_field)) >= cap then
+  return {0, 'frequency_cap', total, reserved, spent}
+end
+
+redis.call('HINCRBY', KEYS[1], cid .. ':r', price)
+redis.call('HINCRBY', KEYS[2], cid .. ':r', price)
+redis.call('PEXPIRE', KEYS[2], 259200000)
+if cap >= 0 then
+  redis.call('HINCRBY', KEYS[3], freq_field, 1)
+  redis.call('PEXPIRE', KEYS[3], 7200000)
+end
+local offer = {}
+for i = 10, #ARGV, 2 do offer[ARGV[i]] = ARGV[i + 1] end
+offer['status'] = 'open'
+local fields = {}
+for k, v in pairs(offer) do fields[#fields + 1] = k; fields[#fields + 1] = v end
+redis.call('HSET', KEYS[4], unpack(fields))
+redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[8]))
+redis.call('ZADD', KEYS[5], tonumber(ARGV[7]), offer['offer_id'])
+enqueue(KEYS[6], 'offer_created', offer, ARGV[9], {})
+return {1, total, reserved + price, spent}

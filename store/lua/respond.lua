@@ -1,0 +1,44 @@
+-- A publisher answers an offer: accept (settle at the accepted price) or reject (release).
+-- Exactly one answer wins; an offer past its expiry is expired here and answered "not found".
+-- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
+--       5 record queue, 6 expiry zset, 7 billing codes hash, 8 deal hash (accept only)
+-- ARGV: 1 action (accept|reject), 2 publisher id, 3 now_ms, 4 today, 5 yesterday,
+--       6 accepted price (accept) or '' , 7 record payload (JSON), 8 deal id, 9 deal ttl ms,
+--       10 offer key ttl ms after resolution
+-- Returns {1, offer JSON, billing code or false, total, reserved, spent} or {0, reason, detail}
+local offer_flat = redis.call('HGETALL', KEYS[1])
+if #offer_flat == 0 then return {0, 'not_found', ''} end
+local offer = hash_to_table(offer_flat)
+local now = tonumber(ARGV[3])
+if offer['status'] ~= 'open' or offer['channel'] ~= 'core' or offer['publisher'] ~= ARGV[2] then
+  return {0, 'not_found', ''}
+end
+local day_key = day_key_for(offer, KEYS[3], KEYS[4], ARGV[4], ARGV[5])
+if tonumber(offer['expires_ms']) <= now then
+  settle(KEYS[2], day_key, KEYS[1], offer, 'expired', 0, now)
+  redis.call('ZREM', KEYS[6], offer['offer_id'])
+  enqueue(KEYS[5], 'offer_expired', offer, '{}', {})
+  return {0, 'not_found', ''}
+end
+local code = redis.call('HGET', KEYS[7], offer['advertiser'] .. ':' .. offer['publisher'])
+local extra = {billing_code = code or cjson.null}
+local b
+if ARGV[1] == 'accept' then
+  local accepted = tonumber(ARGV[6])
+  if accepted > tonumber(offer['price']) then return {0, 'above_bid', offer['price']} end
+  b = settle(KEYS[2], day_key, KEYS[1], offer, 'accepted', accepted, now)
+  redis.call('HSET', KEYS[1], 'deal_id', ARGV[8], 'accepted_price', ARGV[6])
+  offer['deal_id'] = ARGV[8]
+  offer['accepted_price'] = ARGV[6]
+  redis.call('HSET', KEYS[8], 'deal_id', ARGV[8], 'offer_id', offer['offer_id'],
+             'publisher', offer['publisher'],
+             'campaign', offer['campaign'], 'screen', offer['screen'])
+  redis.call('PEXPIRE', KEYS[8], tonumber(ARGV[9]))
+  enqueue(KEYS[5], 'offer_accepted', offer, ARGV[7], extra)
+else
+  b = settle(KEYS[2], day_key, KEYS[1], offer, 'rejected', 0, now)
+  enqueue(KEYS[5], 'offer_rejected', offer, ARGV[7], extra)
+end
+redis.call('ZREM', KEYS[6], offer['offer_id'])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[10]))
+return {1, cjson.encode(offer), code, b[1], b[2], b[3]}

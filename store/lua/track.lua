@@ -1,0 +1,26 @@
+-- A tracking pixel fired. Every call is recorded; an OpenRTB `impression` on an open bid bills
+-- it (spend at the bid price, a billing record), exactly once however often it fires.
+-- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
+--       5 record queue, 6 expiry zset, 7 billing codes hash
+-- ARGV: 1 now_ms, 2 today, 3 yesterday, 4 event name, 5 event payload (JSON),
+--       6 billing payload (JSON), 7 offer key ttl ms after resolution
+-- Returns {status}: 'billed' | 'recorded' | 'unknown'.
+local offer_flat = redis.call('HGETALL', KEYS[1])
+if #offer_flat == 0 then return {'unknown'} end
+local offer = hash_to_table(offer_flat)
+local now = tonumber(ARGV[1])
+local status = 'recorded'
+local extra = {billed = false}
+if ARGV[4] == 'impression' and offer['channel'] == 'openrtb' and offer['status'] == 'open'
+    and tonumber(offer['expires_ms']) > now then
+  settle(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[2], ARGV[3]), KEYS[1], offer,
+         'billed', tonumber(offer['price']), now)
+  redis.call('ZREM', KEYS[6], offer['offer_id'])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]))
+  local code = redis.call('HGET', KEYS[7], offer['advertiser'] .. ':' .. offer['publisher'])
+  enqueue(KEYS[5], 'impression_billed', offer, ARGV[6], {billing_code = code or cjson.null})
+  status = 'billed'
+  extra['billed'] = true
+end
+enqueue(KEYS[5], 'tracking_event', offer, ARGV[5], extra)
+return {status}
