@@ -1,0 +1,78 @@
+"""Make an offer (Core) or a bid (OpenRTB): select the best match, then reserve its price.
+
+One implementation for both interfaces. The engine picks from the worker's budget view; the
+reservation script decides atomically. When it refuses (budget, daily budget or frequency cap
+reached since the view was read), the campaign is excluded and the next best is tried.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from bidder.runtime import Runtime
+from matching.engine import Match, NoMatch, VideoSlot, select
+from matching.snapshot import ScreenInfo, Snapshot
+from store.hot import Refused
+
+_MAX_ATTEMPTS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class MadeOffer:
+    offer_id: str
+    match: Match
+    expires_at: datetime
+
+
+async def make_offer(
+    rt: Runtime,
+    snapshot: Snapshot,
+    screen: ScreenInfo,
+    now: datetime,
+    *,
+    channel: str,
+    ttl_seconds: int,
+    audience: Decimal | None = None,
+    min_price_micros: int = 0,
+    slot: VideoSlot | None = None,
+    extra_fields: dict[str, str] | None = None,
+    payload: dict[str, Any] | None = None,
+) -> MadeOffer | NoMatch:
+    """The best eligible offer for `screen`, reserved and stored, or why there is none.
+
+    Redis errors propagate: the caller turns them into its interface's "unavailable" answer.
+    """
+    excluded: set[str] = set()
+    outcome: Match | NoMatch = NoMatch("no_eligible")
+    for _ in range(_MAX_ATTEMPTS):
+        outcome = select(
+            snapshot,
+            screen,
+            now,
+            rt.budgets,
+            audience=audience,
+            min_price_micros=min_price_micros,
+            slot=slot,
+            exclude=excluded,
+        )
+        if isinstance(outcome, NoMatch):
+            return outcome
+        expires_at = now + timedelta(seconds=ttl_seconds)
+        fields = {
+            "channel": channel,
+            "publisher": screen.publisher_id,
+            "creative": outcome.creative.id,
+            **(extra_fields or {}),
+        }
+        result = await rt.hot.reserve(
+            outcome.campaign, outcome.price_micros, screen.id, now, expires_at, fields, payload
+        )
+        rt.note_budget(outcome.campaign.id, result.budget)
+        if not isinstance(result, Refused):
+            return MadeOffer(result.offer_id, outcome, expires_at)
+        excluded.add(outcome.campaign.id)
+    # Several campaigns ran dry between two budget refreshes: answer as if none were eligible.
+    return NoMatch("no_eligible")
