@@ -19,6 +19,9 @@ ScreenType = Literal["static", "slow", "moving"]
 CreativeKind = Literal["image", "cinemagraph", "video"]
 CampaignStatus = Literal["active", "paused"]
 
+#: Redis counts micro-cents exactly up to 2**53 (Lua numbers are doubles): 9e9 cents (EUR 90M).
+MAX_AMOUNT_CENTS = Decimal(9_000_000_000)
+
 SCREEN_TYPES: tuple[ScreenType, ...] = ("static", "slow", "moving")
 
 #: Which creative kinds each screen type can show (contract: screen types and assets).
@@ -194,6 +197,8 @@ def _check_money(
         )
     elif value != value.quantize(Decimal("0.000001")):
         check.add(kind, index, item_id, field, "has more than 6 decimal places of a cent")
+    elif value > MAX_AMOUNT_CENTS:
+        check.add(kind, index, item_id, field, f"must be at most {MAX_AMOUNT_CENTS} cents")
 
 
 def validate_document(
