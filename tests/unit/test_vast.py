@@ -1,0 +1,204 @@
+"""The VAST document (contract "VAST 4.0 document", decisions 6a) and its signed tracking URLs."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from decimal import Decimal
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import xmlschema
+
+from bidder.settings import Settings, load_settings
+from bidder.signing import verify
+from bidder.vast import VastAd, duration_hms, render_vast, tracking_urls
+
+XSD = Path("/work/shared/reference/vast/vast_4.0.xsd")
+NS = {"v": "http://www.iab.com/VAST"}
+OFFER = "3f2b8c1e-0000-4000-8000-000000000001"
+PUB = "11111111-1111-4111-8111-111111111111"
+SCR = "22222222-2222-4222-8222-222222222222"
+NOW_MS = 1_700_000_000_000
+EVENTS = ["start", "firstQuartile", "midpoint", "thirdQuartile", "complete"]
+
+
+@pytest.fixture(scope="module")
+def schema() -> xmlschema.XMLSchema:
+    return xmlschema.XMLSchema(str(XSD))
+
+
+@pytest.fixture(scope="module")
+def settings() -> Settings:
+    return load_settings(
+        {
+            "DATABASE_URL": "postgresql://u@localhost/db",
+            "REDIS_URL": "redis://localhost:6379/0",
+            "ADMIN_TOKEN": "a" * 32,
+            "SIGNING_SECRETS": "new-secret-0123456789,old-secret-0123456789",
+            "PUBLIC_BASE_URL": "https://bid.example.com",
+            "TRACKING_BASE_URL": "https://track.example.com/functions/v1/track",
+        }
+    )
+
+
+def make_ad(settings: Settings, *, openrtb: bool, **overrides: object) -> VastAd:
+    impression, tracking = tracking_urls(settings, OFFER, PUB, SCR, NOW_MS, openrtb=openrtb)
+    fields: dict[str, object] = {
+        "offer_id": OFFER,
+        "ad_title": "Summer <Sale> & more",
+        "advertiser": "Acme & Sons",
+        "advertiser_domain": "acme.example",
+        "asset_url": "https://cdn.example.com/a.mp4?x=1&y=2",
+        "mime_type": "video/mp4",
+        "width": 1920,
+        "height": 1080,
+        "duration_seconds": 3725,
+        "bid_price_cents": Decimal("31.25"),
+        "billing_code": "BILL-<1>&",
+        "expires_in_seconds": 300,
+        "creative_id": "cr-1",
+        "impression_url": impression,
+        "tracking": tracking,
+    }
+    fields.update(overrides)
+    return VastAd(**fields)  # type: ignore[arg-type]
+
+
+def without_expires(document: str) -> ET.Element:
+    root = ET.fromstring(document)
+    inline = root.find("v:Ad/v:InLine", NS)
+    assert inline is not None
+    expires = inline.find("v:Expires", NS)
+    assert expires is not None
+    inline.remove(expires)
+    return root
+
+
+@pytest.mark.parametrize("openrtb", [True, False])
+def test_valid_against_vast_4_0_once_expires_is_removed(
+    schema: xmlschema.XMLSchema, settings: Settings, openrtb: bool
+) -> None:
+    document = render_vast(make_ad(settings, openrtb=openrtb))
+    schema.validate(ET.tostring(without_expires(document), encoding="unicode"))
+
+
+def test_null_billing_code_still_valid(schema: xmlschema.XMLSchema, settings: Settings) -> None:
+    document = render_vast(make_ad(settings, openrtb=False, billing_code=None))
+    schema.validate(ET.tostring(without_expires(document), encoding="unicode"))
+    code = ET.fromstring(document).find(".//v:Extension/v:BillingCode", NS)
+    assert code is not None
+    assert not code.text
+
+
+def test_every_contract_element_and_attribute(settings: Settings) -> None:
+    ad = make_ad(settings, openrtb=True)
+    root = ET.fromstring(render_vast(ad))
+    assert root.tag == "{http://www.iab.com/VAST}VAST"
+    assert root.get("version") == "4.0"
+    ad_el = root.find("v:Ad", NS)
+    assert ad_el is not None
+    assert ad_el.get("id") == OFFER
+    inline = root.find("v:Ad/v:InLine", NS)
+    assert inline is not None
+    assert inline.findtext("v:AdSystem", namespaces=NS)
+    assert inline.findtext("v:AdTitle", namespaces=NS) == "Summer <Sale> & more"
+    assert inline.findtext("v:Advertiser", namespaces=NS) == "Acme & Sons"
+    assert inline.findtext("v:Expires", namespaces=NS) == "300"
+    children = [child.tag.split("}")[1] for child in inline]
+    assert children.index("Expires") == children.index("Creatives") + 1
+
+    creative = inline.find("v:Creatives/v:Creative", NS)
+    assert creative is not None
+    assert creative.get("id") == f"{OFFER}_creative"
+    assert creative.get("sequence") == "1"
+    universal = creative.find("v:UniversalAdId", NS)
+    assert universal is not None
+    assert universal.get("idValue") == "cr-1"
+    assert creative.findtext("v:Linear/v:Duration", namespaces=NS) == "01:02:05"
+
+    media = creative.find("v:Linear/v:MediaFiles/v:MediaFile", NS)
+    assert media is not None
+    assert media.attrib == {
+        "id": f"{OFFER}_media",
+        "delivery": "progressive",
+        "type": "video/mp4",
+        "width": "1920",
+        "height": "1080",
+        "scalable": "true",
+        "maintainAspectRatio": "true",
+    }
+    assert media.text == "https://cdn.example.com/a.mp4?x=1&y=2"
+
+    events = [t.get("event") for t in creative.findall("v:Linear/v:TrackingEvents/v:Tracking", NS)]
+    assert events == EVENTS
+
+    extension = inline.find("v:Extensions/v:Extension", NS)
+    assert extension is not None
+    assert extension.get("type")
+    assert extension.findtext("v:OfferId", namespaces=NS) == OFFER
+    assert extension.findtext("v:BidPriceCents", namespaces=NS) == "31.25"
+    assert extension.findtext("v:BillingCode", namespaces=NS) == "BILL-<1>&"
+
+    impression = inline.findtext("v:Impression", namespaces=NS)
+    assert impression == ad.impression_url
+
+
+def test_ampersands_are_escaped_in_the_raw_document(settings: Settings) -> None:
+    document = render_vast(make_ad(settings, openrtb=True))
+    assert "a.mp4?x=1&amp;y=2" in document
+    assert "&y=2" not in document
+
+
+@pytest.mark.parametrize("openrtb", [True, False])
+def test_tracking_urls_are_signed_and_carry_the_contract_parameters(
+    settings: Settings, openrtb: bool
+) -> None:
+    impression, tracking = tracking_urls(settings, OFFER, PUB, SCR, NOW_MS, openrtb=openrtb)
+    assert list(tracking) == EVENTS
+    for event, url in [("impression", impression), *tracking.items()]:
+        parts = urlsplit(url)
+        assert f"{parts.scheme}://{parts.netloc}{parts.path}" == settings.tracking_base_url
+        params = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        assert params["offer_id"] == OFFER
+        assert params["event"] == event
+        assert params["ts"] == str(NOW_MS)
+        assert params["pub"] == PUB
+        assert params["scr"] == SCR
+        signed = ["offer_id", "event", "pub", "scr", "ts"]
+        assert verify(settings.signing_secrets, "/functions/v1/track", params, signed)
+        # Any altered signed value breaks the signature.
+        assert not verify(
+            settings.signing_secrets, "/functions/v1/track", {**params, "scr": PUB}, signed
+        )
+        if openrtb:
+            assert "price=${AUCTION_PRICE}" in url
+            assert "aud=${TOTAL_IMP}" in url
+        else:
+            assert "price" not in params
+            assert "aud" not in params
+
+
+def test_old_secret_still_verifies_a_url_it_signed(settings: Settings) -> None:
+    rotated = load_settings(
+        {
+            "DATABASE_URL": settings.database_url,
+            "REDIS_URL": settings.redis_url,
+            "ADMIN_TOKEN": settings.admin_token,
+            "SIGNING_SECRETS": "old-secret-0123456789",
+            "TRACKING_BASE_URL": settings.tracking_base_url,
+        }
+    )
+    impression, _ = tracking_urls(rotated, OFFER, PUB, SCR, NOW_MS, openrtb=False)
+    params = {k: v[0] for k, v in parse_qs(urlsplit(impression).query).items()}
+    signed = ["offer_id", "event", "pub", "scr", "ts"]
+    assert verify(settings.signing_secrets, "/functions/v1/track", params, signed)
+    assert not verify(("unrelated-secret-0123",), "/functions/v1/track", params, signed)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [(0, "00:00:00"), (15, "00:00:15"), (60, "00:01:00"), (3599, "00:59:59"), (3600, "01:00:00")],
+)
+def test_duration_is_hh_mm_ss(seconds: int, expected: str) -> None:
+    assert duration_hms(seconds) == expected
