@@ -16,11 +16,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from bidder import health, tracking
 from bidder.admin import routes as admin_routes
 from bidder.core import routes as core_routes
+from bidder.core import screens
 from bidder.errors import ServiceError
 from bidder.observability import Metrics, configure_logging, request_context_middleware
 from bidder.openrtb import routes as openrtb_routes
 from bidder.runtime import Runtime
-from bidder.settings import Settings
+from bidder.settings import Settings, load_settings
 from bidder.web import http_exception_handler, service_error_handler, unexpected_handler
 
 log = logging.getLogger("bidder.app")
@@ -58,6 +59,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
             metrics_endpoint,
             *health.routes,
             *core_routes.routes,
+            *screens.routes,
             *openrtb_routes.routes,
             *tracking.routes(settings),
             *admin_routes.routes,
@@ -80,3 +82,8 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
 
 def _state(rt: Runtime, metrics: Metrics) -> State:
     return State({"runtime": rt, "metrics": metrics})
+
+
+def app_from_env() -> Litestar:
+    """The factory `bidder serve` hands to granian: each worker reads the environment itself."""
+    return create_app(load_settings())

@@ -4,16 +4,20 @@ interface's documented shape."""
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from redis.exceptions import RedisError
 
 from bidder.deprecation import OPENRTB_PREFIX, deprecation_headers, openrtb_error_body
-from bidder.errors import ServiceError
+from bidder.errors import ServiceError, Unavailable
 from bidder.runtime import Runtime
+from store.postgres import Conn
 
 log = logging.getLogger("bidder.web")
 
@@ -39,6 +43,28 @@ _HTTP_CODES = {
 def runtime_of(request: Request[Any, Any, Any]) -> Runtime:
     rt: Runtime = request.app.state.runtime
     return rt
+
+
+_POSTGRES_UNREACHABLE = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.InterfaceError,
+)
+
+
+@asynccontextmanager
+async def postgres(request: Request[Any, Any, Any]) -> AsyncIterator[Conn]:
+    """A pooled Postgres connection of this worker (admin API, screens endpoints: never the
+    hot path); 503 `{error}` when Postgres cannot be reached."""
+    try:
+        pool = await runtime_of(request).connect_postgres()
+        async with pool.acquire() as conn:
+            yield conn
+    except _POSTGRES_UNREACHABLE as exc:  # TimeoutError is an OSError
+        raise Unavailable(
+            "Postgres is unavailable, retry shortly", headers={"Retry-After": "1"}
+        ) from exc
 
 
 def error_response(request: Request[Any, Any, Any], exc: ServiceError) -> Response[Any]:

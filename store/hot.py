@@ -424,6 +424,11 @@ class HotState:
                     pipe.delete(billing_codes_key(shard))
             await pipe.execute()
 
+    async def set_budget_total(self, campaign_id: str, shard: int, total_micros: int) -> None:
+        """Set one campaign's total budget at once (a top-up), ahead of the next inventory sync,
+        which writes the same value."""
+        await self.redis.hset(budget_key(shard), f"{campaign_id}:t", total_micros)
+
     async def read_budgets(self, now: datetime) -> dict[str, Budget]:
         """Every campaign's live budget (total, reserved, spent, and today's reserved/spent)."""
         today = day_of(now)

@@ -371,14 +371,68 @@ async def revoke_api_key(conn: Conn, key_id: str) -> bool:
     return bool(status.endswith(" 1"))
 
 
+# -- single items: the admin API and the publisher screens endpoints ------------------------
+
+
+async def fetch_screen(
+    conn: Conn, screen_id: str, publisher_id: str | None = None
+) -> Screen | None:
+    """One stored screen (of `publisher_id` when given), or None."""
+    row = await conn.fetchrow(
+        "SELECT * FROM screens WHERE id = $1 AND ($2::uuid IS NULL OR publisher_id = $2)",
+        uuid.UUID(screen_id),
+        None if publisher_id is None else uuid.UUID(publisher_id),
+    )
+    return None if row is None else _screen(row)
+
+
+async def list_screens(
+    conn: Conn, publisher_id: str, *, after: str | None, limit: int
+) -> list[Screen]:
+    """A publisher's screens in id order, starting after the screen id `after` (keyset page)."""
+    rows = await conn.fetch(
+        """SELECT * FROM screens WHERE publisher_id = $1 AND ($2::uuid IS NULL OR id > $2)
+           ORDER BY id LIMIT $3""",
+        uuid.UUID(publisher_id),
+        None if after is None else uuid.UUID(after),
+        limit,
+    )
+    return [_screen(r) for r in rows]
+
+
+async def fetch_campaign(conn: Conn, campaign_id: str) -> Campaign | None:
+    row = await conn.fetchrow("SELECT * FROM campaigns WHERE id = $1", uuid.UUID(campaign_id))
+    return None if row is None else _campaign(row)
+
+
+async def add_budget(conn: Conn, campaign_id: str, add_cents: Decimal) -> Decimal | None:
+    """Raise a campaign's total budget by `add_cents` and bump the inventory version, in one
+    transaction; the new total, or None when there is no such campaign."""
+    async with conn.transaction():
+        total: Decimal | None = await conn.fetchval(
+            """UPDATE campaigns SET budget_cents = budget_cents + $2, updated_at = now()
+               WHERE id = $1 RETURNING budget_cents""",
+            uuid.UUID(campaign_id),
+            add_cents,
+        )
+        if total is None:
+            return None
+        await bump_version(conn)
+    return plain(total)
+
+
 __all__ = [
     "Daypart",
     "InventoryRejected",
+    "add_budget",
     "bump_version",
     "create_api_key",
     "current_version",
     "export_document",
+    "fetch_campaign",
+    "fetch_screen",
     "import_document",
+    "list_screens",
     "load_api_keys",
     "revoke_api_key",
 ]

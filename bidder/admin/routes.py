@@ -1,5 +1,19 @@
-"""Routes (being built)."""
+"""The admin API (decisions section 2) under /admin/v1, for operators with the ADMIN_TOKEN:
+inventory document, publisher API keys, campaign budgets."""
+
+from __future__ import annotations
 
 from typing import Any
 
-routes: list[Any] = []
+from litestar import Router
+
+from bidder.admin import _campaigns, _inventory, _keys
+from bidder.admin._common import ADMIN_PREFIX, require_admin
+
+routes: list[Any] = [
+    Router(
+        path=ADMIN_PREFIX,
+        route_handlers=[*_inventory.routes, *_keys.routes, *_campaigns.routes],
+        guards=[require_admin],
+    )
+]

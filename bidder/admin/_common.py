@@ -1,0 +1,68 @@
+"""What every admin handler shares: the operator-token guard, typed JSON bodies, path ids."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, TypeVar
+
+import msgspec
+from litestar import MediaType, Request, Response
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
+
+from bidder.auth import admin_token_ok
+from bidder.errors import BadRequest, Unauthorized
+from matching.inventory import Problem
+
+ADMIN_PREFIX = "/admin/v1"
+
+T = TypeVar("T")
+
+# Decimals go out as plain JSON numbers (2.5, not "2.5"), as everywhere in the service.
+encoder = msgspec.json.Encoder(decimal_format="number")
+
+
+def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Guard of every admin route: `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant
+    time. Publisher keys never pass."""
+    expected = connection.app.state.runtime.settings.admin_token
+    if not admin_token_ok(connection.headers.get("authorization"), expected):
+        raise Unauthorized(
+            "Missing or invalid admin token",
+            code="INVALID_ADMIN_TOKEN",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+def json_response(body: Any, status: int = 200) -> Response[bytes]:
+    return Response(encoder.encode(body), status_code=status, media_type=MediaType.JSON)
+
+
+def problems_response(message: str, problems: list[Problem]) -> Response[bytes]:
+    """400 listing every problem by list, index, id and field."""
+    return json_response({"error": message, "problems": problems}, status=400)
+
+
+def decode(body: bytes, into: type[T], what: str, *, optional: bool = False) -> T:
+    """`body` as `into`; malformed JSON, unknown fields or wrong types give 400 naming the path.
+    `optional`: an empty body decodes as `{}`."""
+    if optional and not body.strip():
+        body = b"{}"
+    try:
+        return msgspec.json.decode(body, type=into)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(f"Invalid {what}: {exc}") from None
+    except msgspec.DecodeError:
+        raise BadRequest(f"Invalid {what}: the body is not valid JSON") from None
+
+
+async def read_body(request: Request[Any, Any, Any], into: type[T], what: str) -> T:
+    return decode(await request.body(), into, what, optional=True)
+
+
+def path_uuid(value: str, name: str) -> str:
+    """A UUID from the path in its canonical form, or 400."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise BadRequest(f"{name} must be a UUID, got {value!r}") from None

@@ -1,0 +1,50 @@
+"""`PUT /admin/v1/inventory` (bulk idempotent upsert, all or nothing) and
+`GET /admin/v1/inventory` (the stored document, which PUT takes back unchanged)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+from litestar import Request, Response, get, put
+
+from bidder.admin._common import decode, json_response, problems_response
+from bidder.errors import BadRequest
+from bidder.web import postgres
+from matching.inventory import InventoryDocument
+from store.inventory_repo import InventoryRejected, export_document, import_document
+
+#: A document of 100,000 screens is about 35 MB of JSON; the rest of the service takes 1 MB.
+MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
+
+
+@put("/inventory", request_max_body_size=MAX_DOCUMENT_BYTES)
+async def put_inventory(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Validate the whole document, then upsert it in one transaction; a refused document
+    changes nothing and lists every problem."""
+    doc = decode(await request.body(), InventoryDocument, "inventory document")
+    async with postgres(request) as conn:
+        try:
+            counts = await import_document(conn, doc)
+        except InventoryRejected as exc:
+            return problems_response(
+                f"The inventory document has {len(exc.problems)} problem(s); nothing was applied",
+                exc.problems,
+            )
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            # Validation catches every rule it knows; this is a concurrent change in between.
+            raise BadRequest(
+                f"The inventory document conflicts with stored data ({exc.constraint_name}); "
+                "nothing was applied"
+            ) from None
+    return json_response({"counts": counts})
+
+
+@get("/inventory")
+async def get_inventory(request: Request[Any, Any, Any]) -> Response[bytes]:
+    async with postgres(request) as conn, conn.transaction(isolation="repeatable_read"):
+        doc = await export_document(conn)
+    return json_response(doc)
+
+
+routes = [put_inventory, get_inventory]

@@ -1,0 +1,86 @@
+"""Publisher API keys: create (the plain key is shown once) and revoke. Both bump the inventory
+version, so every worker's key cache follows within one reload."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import msgspec
+from litestar import Request, Response, delete, post
+
+from bidder.admin._common import json_response, path_uuid, read_body
+from bidder.auth import new_api_key
+from bidder.errors import BadRequest, NotFound
+from bidder.runtime import utcnow
+from bidder.settings import Settings
+from bidder.web import postgres, runtime_of
+from store.inventory_repo import create_api_key, revoke_api_key
+from store.postgres import Conn
+
+
+class KeyRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    expires_at: datetime | None = None
+
+
+class KeyCreated(msgspec.Struct, kw_only=True):
+    key_id: str
+    api_key: str
+    expires_at: datetime | None
+
+
+class UnknownPublisher(Exception):
+    pass
+
+
+def check_expiry(expires_at: datetime | None, now: datetime) -> None:
+    """An expiry must name its time zone and lie in the future."""
+    if expires_at is None:
+        return
+    if expires_at.tzinfo is None:
+        raise BadRequest("expires_at must carry a time zone, e.g. 2027-01-01T00:00:00Z")
+    if expires_at <= now:
+        raise BadRequest("expires_at must be in the future")
+
+
+async def issue_key(
+    conn: Conn, settings: Settings, publisher_id: str, expires_at: datetime | None
+) -> KeyCreated:
+    """Make a key of this environment for `publisher_id`; only its hash is stored.
+    UnknownPublisher when there is no such publisher. Shared by the admin API and the CLI."""
+    api_key, key_hash = new_api_key(settings.key_prefix)
+    try:
+        key_id = await create_api_key(
+            conn, publisher_id, key_hash, settings.key_prefix, settings.environment, expires_at
+        )
+    except asyncpg.ForeignKeyViolationError:
+        raise UnknownPublisher(publisher_id) from None
+    return KeyCreated(key_id=key_id, api_key=api_key, expires_at=expires_at)
+
+
+@post("/publishers/{publisher_id:str}/api-keys", status_code=201)
+async def create_key(request: Request[Any, Any, Any], publisher_id: str) -> Response[bytes]:
+    publisher_id = path_uuid(publisher_id, "publisher id")
+    body = await read_body(request, KeyRequest, "API key request")
+    check_expiry(body.expires_at, utcnow())
+    settings = runtime_of(request).settings
+    async with postgres(request) as conn:
+        try:
+            created = await issue_key(conn, settings, publisher_id, body.expires_at)
+        except UnknownPublisher:
+            raise NotFound(f"Unknown publisher {publisher_id}") from None
+    response = json_response(created, status=201)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@delete("/api-keys/{key_id:str}", status_code=204)
+async def revoke_key(request: Request[Any, Any, Any], key_id: str) -> None:
+    key_id = path_uuid(key_id, "key id")
+    async with postgres(request) as conn:
+        if not await revoke_api_key(conn, key_id):
+            raise NotFound(f"Unknown API key {key_id}")
+
+
+routes = [create_key, revoke_key]

@@ -1,0 +1,227 @@
+"""Publishers manage their own screens with their API key (decisions section 2): list
+(paginated), register, read, update, deactivate, under /functions/v1/api/screens.
+
+Postgres is read directly (the list must show a change at once); every change goes through
+`import_document`, so it is validated by the same rules as the inventory document and bumps the
+inventory version, which brings it to matching on every worker within a reload. Another
+publisher's screen answers 404, exactly like a screen that does not exist.
+"""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+import msgspec
+from litestar import Request, Response, delete, get, patch, post
+from msgspec import UNSET, UnsetType
+
+from bidder.core._common import CORE_PREFIX, Caller, authorize, json_object, json_response
+from bidder.errors import BadRequest, NotFound, ServiceError
+from bidder.web import postgres
+from matching.inventory import InventoryDocument, Problem, Screen, ScreenType
+from store.inventory_repo import InventoryRejected, fetch_screen, import_document, list_screens
+from store.postgres import Conn
+
+SCREENS_PATH = f"{CORE_PREFIX}/screens"
+DEFAULT_PAGE = 50
+MAX_PAGE = 500
+
+
+class ScreenRegistration(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A new screen: the screen fields without `publisher_id` (the key's); `id` optional."""
+
+    name: str
+    type: ScreenType
+    width: int
+    height: int
+    id: str | None = None
+    external_id: str | None = None
+    audience_per_play: Decimal = Decimal("1.0")
+    venue_type: str | None = None
+    timezone: str = "UTC"
+    lat: float | None = None
+    lon: float | None = None
+    active: bool = True
+
+
+class ScreenUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The fields to change; absent fields stay, `null` clears an optional one."""
+
+    name: str | UnsetType = UNSET
+    type: ScreenType | UnsetType = UNSET
+    width: int | UnsetType = UNSET
+    height: int | UnsetType = UNSET
+    external_id: str | UnsetType | None = UNSET
+    audience_per_play: Decimal | UnsetType = UNSET
+    venue_type: str | UnsetType | None = UNSET
+    timezone: str | UnsetType = UNSET
+    lat: float | UnsetType | None = UNSET
+    lon: float | UnsetType | None = UNSET
+    active: bool | UnsetType = UNSET
+
+
+class ScreenPage(msgspec.Struct, kw_only=True):
+    screens: list[Screen]
+    next_cursor: str | None
+
+
+class FieldProblem(msgspec.Struct, kw_only=True):
+    field: str
+    message: str
+
+
+def _rejected(problems: list[Problem]) -> Response[bytes]:
+    """400 with every problem of the screen, by field."""
+    body = {
+        "error": "The screen has problems; nothing was changed",
+        "problems": [FieldProblem(field=p.field, message=p.message) for p in problems],
+    }
+    return json_response(body, status=400)
+
+
+def _convert(body: dict[str, Any], into: type[msgspec.Struct], what: str) -> Any:
+    """`body` as `into`; fields the caller may not set get a message of their own."""
+    if "publisher_id" in body:
+        raise BadRequest("publisher_id cannot be given: a screen belongs to the key's publisher")
+    if "id" in body and "id" not in into.__struct_fields__:
+        raise BadRequest("id cannot be changed")
+    try:
+        return msgspec.convert(body, into)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(f"Invalid {what}: {exc}") from None
+
+
+def _screen_id(value: str) -> str:
+    """A screen id from the path; anything that is not a UUID cannot name a screen: 404."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise NotFound("Screen not found") from None
+
+
+def _page_params(request: Request[Any, Any, Any]) -> tuple[int, str | None]:
+    raw_limit = request.query_params.get("limit")
+    limit = DEFAULT_PAGE
+    if raw_limit is not None:
+        if not raw_limit.strip().isdigit() or not 1 <= int(raw_limit) <= MAX_PAGE:
+            raise BadRequest(f"limit must be a whole number from 1 to {MAX_PAGE}")
+        limit = int(raw_limit)
+    cursor = request.query_params.get("cursor") or None
+    if cursor is not None:
+        try:
+            cursor = str(uuid.UUID(cursor))
+        except ValueError:
+            raise BadRequest("cursor must be the next_cursor of a previous page") from None
+    return limit, cursor
+
+
+async def _save(conn: Conn, screen: Screen) -> Response[bytes] | None:
+    """Validate and store one screen (bumps the inventory version); the 400 answer when it is
+    refused."""
+    try:
+        async with conn.transaction():
+            await import_document(conn, InventoryDocument(screens=[screen]))
+            # The external id's uniqueness is checked at commit; check it here instead.
+            await conn.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    except InventoryRejected as exc:
+        return _rejected(exc.problems)
+    except asyncpg.UniqueViolationError:
+        # Another request took this external id between validation and write.
+        taken = Problem(
+            list="screens",
+            index=0,
+            id=screen.id,
+            field="external_id",
+            message="is used by another screen of this publisher",
+        )
+        return _rejected([taken])
+    return None
+
+
+async def _lock(conn: Conn, screen_id: str) -> None:
+    """Serialise writes to one screen id until the transaction ends."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", screen_id)
+
+
+async def _owned(conn: Conn, caller: Caller, screen_id: str) -> Screen:
+    screen = await fetch_screen(conn, screen_id, caller.publisher_id)
+    if screen is None:
+        raise NotFound("Screen not found")
+    return screen
+
+
+@get(SCREENS_PATH)
+async def list_own_screens(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """The key's publisher's screens in id order; `limit` (1..500, default 50) and `cursor`
+    (the previous page's `next_cursor`, null on the last page)."""
+    caller = authorize(request)
+    limit, cursor = _page_params(request)
+    async with postgres(request) as conn:
+        screens = await list_screens(conn, caller.publisher_id, after=cursor, limit=limit + 1)
+    more = len(screens) > limit
+    page = screens[:limit]
+    return json_response(ScreenPage(screens=page, next_cursor=page[-1].id if more else None))
+
+
+@post(SCREENS_PATH)
+async def register_screen(request: Request[Any, Any, Any]) -> Response[bytes]:
+    caller = authorize(request)
+    body: ScreenRegistration = _convert(await json_object(request), ScreenRegistration, "screen")
+    fields = msgspec.structs.asdict(body)
+    screen_id = fields.pop("id") or str(uuid.uuid4())
+    try:
+        screen_id = str(uuid.UUID(screen_id))
+    except ValueError:
+        raise BadRequest("id must be a UUID when given") from None
+    screen = Screen(**fields, id=screen_id, publisher_id=caller.publisher_id)
+    async with postgres(request) as conn, conn.transaction():
+        await _lock(conn, screen_id)
+        if await fetch_screen(conn, screen_id) is not None:
+            raise ServiceError(
+                f"A screen with id {screen_id} already exists", status=409, code="CONFLICT"
+            )
+        rejected = await _save(conn, screen)
+    return rejected or json_response(screen, status=201)
+
+
+@get(f"{SCREENS_PATH}/{{screen_id:str}}")
+async def get_screen(request: Request[Any, Any, Any], screen_id: str) -> Response[bytes]:
+    caller = authorize(request)
+    async with postgres(request) as conn:
+        screen = await _owned(conn, caller, _screen_id(screen_id))
+    return json_response(screen)
+
+
+@patch(f"{SCREENS_PATH}/{{screen_id:str}}")
+async def update_screen(request: Request[Any, Any, Any], screen_id: str) -> Response[bytes]:
+    caller = authorize(request)
+    screen_id = _screen_id(screen_id)
+    update: ScreenUpdate = _convert(await json_object(request), ScreenUpdate, "screen update")
+    changes = {k: v for k, v in msgspec.structs.asdict(update).items() if v is not UNSET}
+    async with postgres(request) as conn, conn.transaction():
+        await _lock(conn, screen_id)
+        screen = msgspec.structs.replace(await _owned(conn, caller, screen_id), **changes)
+        rejected = await _save(conn, screen)
+    return rejected or json_response(screen)
+
+
+@delete(f"{SCREENS_PATH}/{{screen_id:str}}", status_code=200)
+async def deactivate_screen(request: Request[Any, Any, Any], screen_id: str) -> Response[bytes]:
+    """Deactivate (never delete: offers and records refer to the screen); answers the screen."""
+    caller = authorize(request)
+    screen_id = _screen_id(screen_id)
+    async with postgres(request) as conn, conn.transaction():
+        await _lock(conn, screen_id)
+        screen = await _owned(conn, caller, screen_id)
+        if screen.active:
+            screen = msgspec.structs.replace(screen, active=False)
+            rejected = await _save(conn, screen)
+            if rejected:
+                return rejected
+    return json_response(screen)
+
+
+routes = [list_own_screens, register_screen, get_screen, update_screen, deactivate_screen]
