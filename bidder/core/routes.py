@@ -1,5 +1,10 @@
-"""Routes (being built)."""
+"""The Core API (contract: Core API; decisions 1-5, 6a): offer request, offer response, playout
+confirmation, all under /functions/v1/api with the publisher's Bearer key."""
+
+from __future__ import annotations
 
 from typing import Any
 
-routes: list[Any] = []
+from bidder.core import _answers, _offers, _playout
+
+routes: list[Any] = [*_offers.routes, *_answers.routes, *_playout.routes]

@@ -1,0 +1,193 @@
+"""POST /offers/response/{offer_id}: the publisher accepts or rejects an offer.
+
+Validation happens here; `HotState.respond` decides atomically (exactly one answer wins, only
+the screen's publisher may answer, an expired offer is not found) and settles the budget.
+"""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from typing import Any, Literal
+
+from litestar import Request, Response, post
+from litestar.params import FromPath
+
+from bidder.core import _demo
+from bidder.core._common import (
+    CORE_PREFIX,
+    MAX_BODY_BYTES,
+    Caller,
+    authorize,
+    hot_state_errors,
+    json_object,
+    json_response,
+)
+from bidder.errors import BadRequest, NotFound
+from matching.inventory import MAX_AMOUNT_CENTS
+from matching.money import (
+    MoneyError,
+    cents_to_micros,
+    micros_to_cents,
+    parse_cents,
+    split_gross,
+)
+from store.hot import NotAnswered
+
+OFFER_NOT_FOUND = "Offer not found, expired, or access denied"
+MAX_REASON_CHARS = 500
+
+Action = Literal["accept", "reject"]
+
+
+def _action(body: dict[str, Any]) -> Action:
+    action = body.get("action")
+    if action == "accept":
+        return "accept"
+    if action == "reject":
+        return "reject"
+    if action is None:
+        raise BadRequest("action is required: 'accept' or 'reject'")
+    raise BadRequest(f"Invalid action {action!r}: must be 'accept' or 'reject'")
+
+
+def _accepted_micros(body: dict[str, Any]) -> int:
+    """accepted_price_cents: a positive JSON number with at most 6 decimal places."""
+    raw = body.get("accepted_price_cents")
+    if raw is None:
+        raise BadRequest("accepted_price_cents is required when action is 'accept'")
+    if isinstance(raw, str):
+        raise BadRequest("accepted_price_cents must be a JSON number, not a string")
+    try:
+        cents = parse_cents(raw)
+    except MoneyError as exc:
+        raise BadRequest(f"accepted_price_cents {exc}") from None
+    if cents <= 0:
+        raise BadRequest("accepted_price_cents must be greater than 0")
+    if cents > MAX_AMOUNT_CENTS:
+        raise BadRequest("accepted_price_cents exceeds the offer's bid_price_cents")
+    try:
+        return cents_to_micros(cents)
+    except MoneyError as exc:
+        raise BadRequest(f"accepted_price_cents {exc}") from None
+
+
+def _rejection_reason(body: dict[str, Any]) -> str | None:
+    reason = body.get("rejection_reason")
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise BadRequest("rejection_reason must be a string")
+    if len(reason) > MAX_REASON_CHARS:
+        raise BadRequest(
+            f"rejection_reason must be at most {MAX_REASON_CHARS} characters, got {len(reason)}"
+        )
+    return reason
+
+
+def _accepted_body(
+    deal_id: str, billing_id: str, gross: int, rate: Decimal, billing_code: str | None
+) -> dict[str, Any]:
+    net, commission = split_gross(gross, rate)
+    return {
+        "success": True,
+        "action": "accepted",
+        "deal_id": deal_id,
+        "billing_id": billing_id,
+        "net_price_cents": micros_to_cents(net),
+        "commission_cents": micros_to_cents(commission),
+        "gross_price_cents": micros_to_cents(gross),
+        "message": "Offer accepted: deal created and billed. Confirm playout with this deal_id.",
+        "billing_code": billing_code,
+    }
+
+
+def _rejected_body(reason: str | None, billing_code: str | None) -> dict[str, Any]:
+    return {
+        "success": True,
+        "action": "rejected",
+        "message": "Offer rejected and removed",
+        "rejection_reason": reason,
+        "billing_code": billing_code,
+    }
+
+
+def _above_bid(bid_micros: int) -> BadRequest:
+    return BadRequest(
+        "accepted_price_cents must not exceed the offer's bid_price_cents "
+        f"({micros_to_cents(bid_micros)})"
+    )
+
+
+def _demo_answer(action: Action, accepted: int, reason: str | None) -> Response[bytes]:
+    """Demo offer: same validation, fixed ids, nothing stored."""
+    if action == "reject":
+        return json_response(_rejected_body(reason, _demo.DEMO_BILLING_CODE))
+    if accepted > _demo.DEMO_PRICE_MICROS:
+        raise _above_bid(_demo.DEMO_PRICE_MICROS)
+    return json_response(
+        _accepted_body(
+            _demo.DEMO_DEAL_ID,
+            _demo.DEMO_BILLING_ID,
+            accepted,
+            _demo.DEMO_COMMISSION_RATE,
+            _demo.DEMO_BILLING_CODE,
+        )
+    )
+
+
+async def _answer(
+    caller: Caller, offer_id: str, action: Action, accepted: int, reason: str | None
+) -> Response[bytes]:
+    rt = caller.rt
+    publisher = caller.snapshot.publishers.get(caller.publisher_id)
+    rate = publisher.commission_rate if publisher else rt.settings.default_commission_rate
+    billing_id = str(uuid.uuid4())
+    if action == "accept":
+        net, commission = split_gross(accepted, rate)
+        payload: dict[str, Any] = {
+            "billing_id": billing_id,
+            "gross_micros": accepted,
+            "commission_micros": commission,
+            "net_micros": net,
+            "commission_rate": str(rate),
+        }
+    else:
+        payload = {"rejection_reason": reason}
+    with hot_state_errors():
+        answered = await rt.hot.respond(
+            offer_id, caller.publisher_id, action, caller.now, payload, accepted_micros=accepted
+        )
+    if isinstance(answered, NotAnswered):
+        if answered.reason == "above_bid":
+            raise _above_bid(int(answered.detail))
+        raise NotFound(OFFER_NOT_FOUND)
+    rt.note_budget(answered.offer["campaign"], answered.budget)
+    if action == "reject":
+        rt.metrics.offers.labels("rejected").inc()
+        return json_response(_rejected_body(reason, answered.billing_code))
+    rt.metrics.offers.labels("accepted").inc()
+    deal_id = answered.offer["deal_id"]
+    return json_response(_accepted_body(deal_id, billing_id, accepted, rate, answered.billing_code))
+
+
+@post(
+    f"{CORE_PREFIX}/offers/response/{{offer_id:str}}",
+    status_code=200,
+    request_max_body_size=MAX_BODY_BYTES,
+)
+async def respond_to_offer(
+    request: Request[Any, Any, Any], offer_id: FromPath[str]
+) -> Response[bytes]:
+    """Accept (`accepted_price_cents` required) or reject (optional `rejection_reason`)."""
+    caller = authorize(request)
+    body = await json_object(request)
+    action = _action(body)
+    accepted = _accepted_micros(body) if action == "accept" else 0
+    reason = _rejection_reason(body) if action == "reject" else None
+    if offer_id == _demo.DEMO_OFFER_ID:
+        return _demo_answer(action, accepted, reason)
+    return await _answer(caller, offer_id, action, accepted, reason)
+
+
+routes = [respond_to_offer]

@@ -1,0 +1,129 @@
+"""What every Core API handler shares: the key check, JSON in and out, and the "Redis is down"
+answer.
+
+Bodies are read and decoded here rather than by the framework, so every malformed input gets the
+Core API's own `{error}` body with a message that says what to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Request, Response
+from redis.exceptions import RedisError
+
+from bidder.auth import authenticate
+from bidder.errors import BadRequest, PayloadTooLarge, Unavailable
+from bidder.runtime import Runtime, utcnow
+from bidder.web import runtime_of
+from matching.snapshot import ApiKeyInfo, Snapshot
+
+#: Core API paths.
+CORE_PREFIX = "/functions/v1/api"
+#: Largest JSON body a Core API POST accepts (the same limit as a loss notice body).
+MAX_BODY_BYTES = 16 * 1024
+
+# Numbers decode as Decimal (never a binary float), and Decimals encode as plain JSON numbers.
+_decoder = msgspec.json.Decoder(float_hook=Decimal)
+_encoder = msgspec.json.Encoder(decimal_format="number")
+
+_BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """An authenticated request: the worker's runtime, the snapshot it was checked against, the
+    key's publisher, and the moment the request is handled at."""
+
+    rt: Runtime
+    snapshot: Snapshot
+    key: ApiKeyInfo
+    now: datetime
+
+    @property
+    def publisher_id(self) -> str:
+        return self.key.publisher_id
+
+
+def authorize(request: Request[Any, Any, Any]) -> Caller:
+    """The caller behind `Authorization: Bearer <key>`, or 401 `Invalid or expired API key`."""
+    rt = runtime_of(request)
+    snapshot = rt.snapshot
+    if snapshot is None:  # keys live in the snapshot: none can be checked before it loads
+        raise Unavailable("Service is starting, retry shortly", headers={"Retry-After": "1"})
+    now = utcnow()
+    key = authenticate(request.headers.get("authorization"), snapshot, rt.settings.key_prefix, now)
+    return Caller(rt, snapshot, key, now)
+
+
+@contextmanager
+def hot_state_errors() -> Iterator[None]:
+    """Redis unreachable or too slow: 503 at once, so the player can fall back and retry."""
+    try:
+        yield
+    except (RedisError, OSError) as exc:  # TimeoutError is an OSError
+        raise Unavailable(
+            "Service temporarily unavailable, retry shortly", headers={"Retry-After": "1"}
+        ) from exc
+
+
+def json_response(body: Any, status: int = 200) -> Response[bytes]:
+    return Response(_encoder.encode(body), status_code=status, media_type=MediaType.JSON)
+
+
+def query_flag(request: Request[Any, Any, Any], name: str) -> bool:
+    """A boolean query parameter: true/false/1/0 in any case; absent means false."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return False
+    value = _BOOLEANS.get(raw.strip().lower())
+    if value is None:
+        raise BadRequest(f"{name} must be true or false (or 1 or 0), got {raw!r}")
+    return value
+
+
+def _is_json(content_type: str) -> bool:
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    return media_type == "application/json"
+
+
+async def json_object(request: Request[Any, Any, Any], *, optional: bool = False) -> dict[str, Any]:
+    """The request body as a JSON object. `optional`: an empty body reads as `{}`.
+
+    Oversized: 413. Not `application/json`, not JSON, or not an object: 400.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"Request body is larger than {MAX_BODY_BYTES // 1024} KB")
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"Request body is larger than {MAX_BODY_BYTES // 1024} KB")
+    if optional and not body.strip():
+        return {}
+    if not _is_json(request.headers.get("content-type", "")):
+        raise BadRequest("Content-Type must be application/json")
+    try:
+        decoded = _decoder.decode(body)
+    except msgspec.DecodeError:
+        raise BadRequest("Request body is not valid JSON") from None
+    if not isinstance(decoded, dict):
+        raise BadRequest("Request body must be a JSON object")
+    return decoded
+
+
+def iso_utc(moment: datetime) -> str:
+    """ISO 8601 in UTC with millisecond precision: 2026-05-04T10:15:30.250Z."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def ms_to_datetime(epoch_ms: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=epoch_ms)

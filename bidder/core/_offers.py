@@ -1,0 +1,175 @@
+"""GET /offers/request/{screen_id} and /offers/request/external-id/{external_id}.
+
+Thin handlers: check the key and the query, find the screen, let `bidder.offers.make_offer`
+select and reserve in one atomic step, and render the Offer object.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, get
+from litestar.params import FromPath
+
+from bidder.core import _demo
+from bidder.core._common import (
+    CORE_PREFIX,
+    Caller,
+    authorize,
+    hot_state_errors,
+    iso_utc,
+    json_response,
+    query_flag,
+)
+from bidder.core._vast import demo_vast, offer_vast
+from bidder.errors import BadRequest, Forbidden, NotFound, Unprocessable
+from bidder.offers import MadeOffer, make_offer
+from matching.money import MoneyError, cents_to_micros, micros_to_cents, parse_cents
+from matching.snapshot import ScreenInfo
+
+NO_MATCHES = "No matches available"
+BELOW_MINIMUM = "No matches meet the minimum bid requirement"
+NOT_ACTIVATED = (
+    "This account is not activated for external IDs; identify screens by their UUID, "
+    "or ask the onboarding team to activate external IDs"
+)
+# Above any price a campaign can pay (10 billion EUR); keeps Decimal arithmetic bounded.
+_MAX_CENTS = Decimal(10) ** 12
+
+
+class Offer(msgspec.Struct):
+    """The contract's Offer object; `vast` only when the request asked for it."""
+
+    offer_id: str
+    bid_price_cents: Decimal
+    asset_url: str
+    expires_at: str
+    billing_code: str | None
+    vast: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class _Query(msgspec.Struct, frozen=True):
+    demo: bool
+    vast: bool
+    min_price_micros: int
+
+
+def _min_bid_micros(request: Request[Any, Any, Any]) -> int:
+    """`min_bid_cents` in micro-cents; finer than a micro-cent rounds up (a floor is a floor)."""
+    raw = request.query_params.get("min_bid_cents")
+    if raw is None:
+        return 0
+    try:
+        cents = parse_cents(raw)
+    except MoneyError:
+        raise BadRequest(
+            f"min_bid_cents must be a number of cents such as 2.5, got {raw!r}"
+        ) from None
+    if cents < 0:
+        raise BadRequest(f"min_bid_cents must not be negative, got {raw!r}")
+    return cents_to_micros(min(cents, _MAX_CENTS), exact=False)
+
+
+def _query(request: Request[Any, Any, Any]) -> _Query:
+    return _Query(
+        demo=query_flag(request, "demo"),
+        vast=query_flag(request, "vast"),
+        min_price_micros=_min_bid_micros(request),
+    )
+
+
+def _no_match(message: str, status: int) -> NotFound | Unprocessable:
+    if status == 422:
+        return Unprocessable(message, include_status=True)
+    return NotFound(message, include_status=True)
+
+
+def _demo_offer(caller: Caller, query: _Query, screen_id: str) -> Response[bytes]:
+    """The fixed demo offer; it honours min_bid_cents so a player can rehearse a 422 too."""
+    if query.min_price_micros > _demo.DEMO_PRICE_MICROS:
+        raise _no_match(BELOW_MINIMUM, 422)
+    offer = Offer(
+        offer_id=_demo.DEMO_OFFER_ID,
+        bid_price_cents=micros_to_cents(_demo.DEMO_PRICE_MICROS),
+        asset_url=_demo.DEMO_ASSET_URL,
+        expires_at=iso_utc(caller.now + timedelta(seconds=_demo.DEMO_TTL_SECONDS)),
+        billing_code=_demo.DEMO_BILLING_CODE,
+    )
+    if query.vast:
+        offer.vast = demo_vast(caller, screen_id)
+    return json_response(offer)
+
+
+async def _offer_for(caller: Caller, screen: ScreenInfo | None, query: _Query) -> Response[bytes]:
+    rt = caller.rt
+    if screen is None or screen.publisher_id != caller.publisher_id:
+        rt.metrics.offers.labels("no_match").inc()
+        raise _no_match(NO_MATCHES, 404)
+    ttl = rt.settings.offer_ttl_seconds
+    with hot_state_errors():
+        made = await make_offer(
+            rt,
+            caller.snapshot,
+            screen,
+            caller.now,
+            channel="core",
+            ttl_seconds=ttl,
+            min_price_micros=query.min_price_micros,
+        )
+    if not isinstance(made, MadeOffer):
+        if made.reason == "below_minimum":
+            rt.metrics.offers.labels("below_min").inc()
+            raise _no_match(BELOW_MINIMUM, 422)
+        rt.metrics.offers.labels("no_match").inc()
+        raise _no_match(NO_MATCHES, 404)
+    rt.metrics.offers.labels("made").inc()
+    match = made.match
+    offer = Offer(
+        offer_id=made.offer_id,
+        bid_price_cents=micros_to_cents(match.price_micros),
+        asset_url=match.creative.url,
+        expires_at=iso_utc(made.expires_at),
+        billing_code=caller.snapshot.billing_code(
+            match.campaign.advertiser_id, screen.publisher_id
+        ),
+    )
+    if query.vast:
+        offer.vast = offer_vast(caller, screen, made, offer.billing_code, ttl)
+    return json_response(offer)
+
+
+@get(f"{CORE_PREFIX}/offers/request/{{screen_id:str}}")
+async def request_offer(
+    request: Request[Any, Any, Any], screen_id: FromPath[str]
+) -> Response[bytes]:
+    """An offer for a screen identified by its UUID (the recommended way)."""
+    caller = authorize(request)
+    query = _query(request)
+    if query.demo or screen_id == _demo.DEMO_SCREEN_ID:
+        return _demo_offer(caller, query, screen_id)
+    return await _offer_for(caller, caller.snapshot.screens.get(screen_id), query)
+
+
+@get(f"{CORE_PREFIX}/offers/request/external-id/{{external_id:str}}")
+async def request_offer_by_external_id(
+    request: Request[Any, Any, Any], external_id: FromPath[str]
+) -> Response[bytes]:
+    """An offer for a screen identified by the publisher's own id (an in-memory index)."""
+    caller = authorize(request)
+    query = _query(request)
+    if query.demo or external_id == _demo.DEMO_SCREEN_ID:
+        return _demo_offer(caller, query, external_id)
+    publisher = caller.snapshot.publishers.get(caller.publisher_id)
+    if publisher is None or not publisher.external_ids_enabled:
+        raise Forbidden(NOT_ACTIVATED, include_status=True)
+    screen = caller.snapshot.screens_by_external_id.get((caller.publisher_id, external_id))
+    if screen is None:
+        caller.rt.metrics.offers.labels("no_match").inc()
+        raise NotFound(f"Screen not found for external id {external_id!r}")
+    return await _offer_for(caller, screen, query)
+
+
+routes = [request_offer, request_offer_by_external_id]

@@ -1,0 +1,131 @@
+"""POST /playout/confirm/{deal_id} (decisions 5): every field optional, idempotent per deal."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from litestar import Request, Response, post
+from litestar.params import FromPath
+
+from bidder.core import _demo
+from bidder.core._common import (
+    CORE_PREFIX,
+    MAX_BODY_BYTES,
+    authorize,
+    hot_state_errors,
+    iso_utc,
+    json_object,
+    json_response,
+    ms_to_datetime,
+)
+from bidder.errors import BadRequest, NotFound
+
+DEAL_NOT_FOUND = "Deal not found or access denied"
+_MAX_TEXT_CHARS = 200
+
+
+def _played_at(body: dict[str, Any], received: datetime) -> datetime:
+    raw = body.get("played_at")
+    if raw is None:
+        return received
+    if not isinstance(raw, str):
+        raise BadRequest("played_at must be an ISO 8601 timestamp string")
+    try:
+        moment = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise BadRequest(
+            f"played_at is not an ISO 8601 timestamp (e.g. 2026-05-04T10:15:30Z): {raw!r}"
+        ) from None
+    if moment.tzinfo is None:
+        raise BadRequest("played_at needs a time zone, e.g. 2026-05-04T10:15:30Z")
+    return moment
+
+
+def _duration(body: dict[str, Any]) -> int | None:
+    raw = body.get("duration_seconds")
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise BadRequest("duration_seconds must be a whole number of seconds")
+    if raw < 0:
+        raise BadRequest("duration_seconds must not be negative")
+    return raw
+
+
+def _completion_rate(body: dict[str, Any]) -> Decimal | None:
+    raw = body.get("completion_rate")
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int | Decimal):
+        raise BadRequest("completion_rate must be a number from 0 to 100")
+    rate = Decimal(raw)
+    if not rate.is_finite() or not Decimal(0) <= rate <= Decimal(100):
+        raise BadRequest("completion_rate must be a number from 0 to 100")
+    return rate
+
+
+def _text(body: dict[str, Any], name: str) -> str | None:
+    raw = body.get(name)
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise BadRequest(f"{name} must be a string")
+    if len(raw) > _MAX_TEXT_CHARS:
+        raise BadRequest(f"{name} must be at most {_MAX_TEXT_CHARS} characters")
+    return raw
+
+
+def _confirmed(deal_id: str, playout_id: str, confirmed: datetime, repeat: bool) -> dict[str, Any]:
+    return {
+        "success": True,
+        "deal_id": deal_id,
+        "playout_id": playout_id,
+        "confirmed_at": iso_utc(confirmed),
+        "message": "Playout already confirmed" if repeat else "Playout confirmed",
+    }
+
+
+@post(
+    f"{CORE_PREFIX}/playout/confirm/{{deal_id:str}}",
+    status_code=200,
+    request_max_body_size=MAX_BODY_BYTES,
+)
+async def confirm_playout(
+    request: Request[Any, Any, Any], deal_id: FromPath[str]
+) -> Response[bytes]:
+    """Confirm that a deal was played; a repeat answers with the first playout's id."""
+    caller = authorize(request)
+    body = await json_object(request, optional=True)
+    played_at = _played_at(body, caller.now)
+    duration = _duration(body)
+    rate = _completion_rate(body)
+    player_version = _text(body, "player_version")
+    screen_resolution = _text(body, "screen_resolution")
+    if deal_id == _demo.DEMO_DEAL_ID:
+        return json_response(_confirmed(deal_id, _demo.DEMO_PLAYOUT_ID, caller.now, False))
+    payload = {
+        "played_at": iso_utc(played_at),
+        "duration_seconds": duration,
+        "completion_rate": None if rate is None else str(rate),
+        "player_version": player_version,
+        "screen_resolution": screen_resolution,
+    }
+    with hot_state_errors():
+        result = await caller.rt.hot.confirm_playout(
+            deal_id, caller.publisher_id, caller.now, payload
+        )
+    if result.status == "not_found":
+        raise NotFound(DEAL_NOT_FOUND)
+    return json_response(
+        _confirmed(
+            deal_id,
+            result.playout_id,
+            ms_to_datetime(result.confirmed_ms),
+            result.status == "repeat",
+        )
+    )
+
+
+routes = [confirm_playout]
