@@ -14,6 +14,7 @@ from litestar.exceptions import HTTPException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from bidder import health, tracking
+from bidder.admin import records_routes
 from bidder.admin import routes as admin_routes
 from bidder.core import routes as core_routes
 from bidder.core import screens
@@ -63,6 +64,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
             *openrtb_routes.routes,
             *tracking.routes(settings),
             *admin_routes.routes,
+            *records_routes.routes,
         ],
         exception_handlers={
             ServiceError: service_error_handler,

@@ -119,6 +119,17 @@ class Metrics:
         self.records_written = Counter(
             "records_written", "Records committed to Postgres", registry=r
         )
+        self.records_dead_lettered = Counter(
+            "records_dead_lettered",
+            "Poison records moved to a dead-letter stream ({bN}:dead)",
+            registry=r,
+        )
+        self.record_write_failures = Counter(
+            "record_write_failures",
+            "Failed record batch writes (postgres: unavailable, retried; data: bisected)",
+            ["reason"],
+            registry=r,
+        )
 
 
 def _route_of(scope: Scope) -> str:

@@ -22,6 +22,7 @@ from matching.snapshot import Snapshot, build_snapshot
 from store.hot import HotState, connect
 from store.inventory_repo import current_version, export_document, load_api_keys
 from store.postgres import create_pool
+from store.records import run_writer
 
 log = logging.getLogger("bidder.runtime")
 
@@ -48,6 +49,8 @@ class Runtime:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self.extra_loops: list[Callable[[Runtime], Awaitable[None]]] = []
+        if settings.record_writer:
+            self.extra_loops.append(run_writer)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -1,0 +1,178 @@
+"""Operators look up an offer (`GET /admin/v1/offers/{offer_id}`) and a deal with its billing
+record and playouts (`GET /admin/v1/deals/{deal_id}`).
+
+An offer is read from Redis while Redis holds it (its live status), else from the records in
+Postgres. A deal is shown from Postgres only, once the record writer has written it: 404 until
+then.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+from litestar import Request, Response, Router, get
+from redis.exceptions import RedisError
+
+from bidder.admin._common import ADMIN_PREFIX, json_response, path_uuid, require_admin
+from bidder.errors import NotFound, Unavailable
+from bidder.runtime import Runtime
+from bidder.web import runtime_of
+from matching.money import micros_to_cents, plain
+from store.record_rows import ms_to_time
+
+_POSTGRES_DOWN = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
+
+_OFFER_SQL = """
+SELECT o.offer_id::text, o.status, o.screen_id::text, o.campaign_id::text, o.bid_price_cents,
+       o.expires_at, o.rejection_reason, d.deal_id::text AS deal_id
+FROM offers o LEFT JOIN deals d ON d.offer_id = o.offer_id
+WHERE o.offer_id = $1
+"""
+_REASON_SQL = "SELECT reason FROM rejections WHERE offer_id = $1"
+_DEAL_SQL = """
+SELECT deal_id::text, offer_id::text, publisher_id::text, campaign_id::text, gross_price_cents,
+       commission_cents, net_price_cents, accepted_at
+FROM deals WHERE deal_id = $1
+"""
+_BILLING_SQL = """
+SELECT billing_id::text, billing_code, source, commission_rate, gross_price_cents,
+       commission_cents, net_price_cents, billed_at
+FROM billing_records WHERE deal_id = $1
+"""
+_PLAYOUTS_SQL = """
+SELECT playout_id::text, played_at, confirmed_at, duration_seconds, completion_rate,
+       player_version, screen_resolution
+FROM playouts WHERE deal_id = $1 ORDER BY confirmed_at
+"""
+
+
+def _iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _cents(value: Decimal | None) -> Decimal | None:
+    return None if value is None else plain(value)
+
+
+async def _hot_offer(rt: Runtime, offer_id: str) -> dict[str, str] | None:
+    """The offer's hash while Redis holds it; None when it does not (or is unreachable)."""
+    try:
+        return await rt.hot.offer(offer_id)
+    except (RedisError, OSError):
+        return None
+
+
+async def _fetch(rt: Runtime, sql: str, *args: Any) -> list[asyncpg.Record]:
+    try:
+        pool = await rt.connect_postgres()
+        return await pool.fetch(sql, *args)
+    except _POSTGRES_DOWN as exc:
+        raise Unavailable(
+            "Postgres is unavailable, retry shortly", headers={"Retry-After": "1"}
+        ) from exc
+
+
+async def _offer_from_redis(rt: Runtime, hot: dict[str, str]) -> dict[str, Any]:
+    reason = None
+    if hot.get("status") == "rejected":  # the reason travels in the record, not the hash
+        try:
+            rows = await _fetch(rt, _REASON_SQL, hot["offer_id"])
+            reason = rows[0]["reason"] if rows else None
+        except Unavailable:
+            reason = None
+    return {
+        "offer_id": hot["offer_id"],
+        "status": hot.get("status"),
+        "screen_id": hot.get("screen"),
+        "campaign_id": hot.get("campaign"),
+        "bid_price_cents": micros_to_cents(int(hot["price"])),
+        "expires_at": _iso(ms_to_time(hot["expires_ms"])),
+        "rejection_reason": reason,
+        "deal_id": hot.get("deal_id"),
+    }
+
+
+@get("/offers/{offer_id:str}")
+async def get_offer(request: Request[Any, Any, Any], offer_id: str) -> Response[bytes]:
+    """An offer's status and price: live from Redis, else from the records."""
+    offer_id = path_uuid(offer_id, "offer_id")
+    rt = runtime_of(request)
+    hot = await _hot_offer(rt, offer_id)
+    if hot is not None and "price" in hot:
+        return json_response(await _offer_from_redis(rt, hot))
+    rows = await _fetch(rt, _OFFER_SQL, offer_id)
+    if not rows:
+        raise NotFound(f"Offer {offer_id} not found")
+    row = rows[0]
+    return json_response(
+        {
+            "offer_id": row["offer_id"],
+            "status": row["status"],
+            "screen_id": row["screen_id"],
+            "campaign_id": row["campaign_id"],
+            "bid_price_cents": _cents(row["bid_price_cents"]),
+            "expires_at": _iso(row["expires_at"]),
+            "rejection_reason": row["rejection_reason"],
+            "deal_id": row["deal_id"],
+        }
+    )
+
+
+@get("/deals/{deal_id:str}")
+async def get_deal(request: Request[Any, Any, Any], deal_id: str) -> Response[bytes]:
+    """A deal with its billing record and playouts, once the records are written."""
+    deal_id = path_uuid(deal_id, "deal_id")
+    rt = runtime_of(request)
+    deals = await _fetch(rt, _DEAL_SQL, deal_id)
+    if not deals:
+        raise NotFound(f"Deal {deal_id} not found (or its records are not written yet)")
+    deal = deals[0]
+    billing_rows = await _fetch(rt, _BILLING_SQL, deal_id)
+    playouts = await _fetch(rt, _PLAYOUTS_SQL, deal_id)
+    billing = billing_rows[0] if billing_rows else None
+    return json_response(
+        {
+            "deal_id": deal["deal_id"],
+            "offer_id": deal["offer_id"],
+            "publisher_id": deal["publisher_id"],
+            "campaign_id": deal["campaign_id"],
+            "gross_price_cents": _cents(deal["gross_price_cents"]),
+            "commission_cents": _cents(deal["commission_cents"]),
+            "net_price_cents": _cents(deal["net_price_cents"]),
+            "accepted_at": _iso(deal["accepted_at"]),
+            "billing": None
+            if billing is None
+            else {
+                "billing_id": billing["billing_id"],
+                "billing_code": billing["billing_code"],
+                "source": billing["source"],
+                "commission_rate": _cents(billing["commission_rate"]),
+                "gross_price_cents": _cents(billing["gross_price_cents"]),
+                "commission_cents": _cents(billing["commission_cents"]),
+                "net_price_cents": _cents(billing["net_price_cents"]),
+                "billed_at": _iso(billing["billed_at"]),
+            },
+            "playouts": [
+                {
+                    "playout_id": p["playout_id"],
+                    "played_at": _iso(p["played_at"]),
+                    "confirmed_at": _iso(p["confirmed_at"]),
+                    "duration_seconds": p["duration_seconds"],
+                    "completion_rate": _cents(p["completion_rate"]),
+                    "player_version": p["player_version"],
+                    "screen_resolution": p["screen_resolution"],
+                }
+                for p in playouts
+            ],
+        }
+    )
+
+
+routes: list[Any] = [
+    Router(path=ADMIN_PREFIX, route_handlers=[get_offer, get_deal], guards=[require_admin])
+]

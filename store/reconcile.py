@@ -1,0 +1,270 @@
+"""Reconcile the Redis budget counters with the records (`bidder reconcile [--repair]`).
+
+What is authoritative for what:
+
+- **spent** (`<cid>:s`): the billing records. Every spend is made by the same Lua step that
+  enqueues its billing record, so spent must equal the gross of the campaign's billing records
+  in Postgres plus those still in the queue (or dead-lettered, which are real spends not yet in
+  Postgres).
+- **reserved** (`<cid>:r`): the open offers Redis holds (the shard's expiry set lists exactly
+  the open offers; each hash carries its price). Postgres' open offers trail them by the queue.
+- **total** (`<cid>:t`): `campaigns.budget_cents` in Postgres (the inventory loop copies it).
+
+A read takes one atomic snapshot per shard (counters, open offers, queued records), then reads
+Postgres; a billing record found in both is counted once. While traffic flows a record can still
+slip between the two reads, so a difference is reported only when two passes agree, and
+`--repair` writes with compare-and-set (a counter that moved meanwhile is left alone and
+reported). Daily counters (`{bN}:day:*`) are not reconciled: they expire after three days.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.resources
+from collections import defaultdict
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+from redis.asyncio import Redis
+
+from matching.money import cents_to_micros, micros_to_cents
+from matching.snapshot import SHARDS, campaign_shard
+from store.hot import budget_key, expiry_key, offer_key, queue_key
+from store.postgres import Conn
+from store.records import dead_letter_key
+
+_BILLING_TYPES = (b"offer_accepted", b"impression_billed")
+_json = msgspec.json.Decoder()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass
+class CampaignCheck:
+    """One campaign's counters (Redis) beside what the records prove; micro-cents."""
+
+    campaign_id: str
+    shard: int
+    total: int = 0
+    reserved: int = 0
+    spent: int = 0
+    budget_in_postgres: int | None = None
+    open_offers_in_redis: int = 0
+    open_offer_count: int = 0
+    billed_in_postgres: int = 0
+    billed_in_queue: int = 0
+    billed_dead_lettered: int = 0
+    open_in_postgres: int = 0
+
+    @property
+    def billed(self) -> int:
+        return self.billed_in_postgres + self.billed_in_queue + self.billed_dead_lettered
+
+    def differences(self) -> list[str]:
+        out = []
+        if self.spent != self.billed:
+            out.append(
+                f"spent {micros_to_cents(self.spent)} != billing records "
+                f"{micros_to_cents(self.billed)} cents"
+            )
+        if self.reserved != self.open_offers_in_redis:
+            out.append(
+                f"reserved {micros_to_cents(self.reserved)} != open offers "
+                f"{micros_to_cents(self.open_offers_in_redis)} cents "
+                f"({self.open_offer_count} offers)"
+            )
+        if self.budget_in_postgres is not None and self.total != self.budget_in_postgres:
+            out.append(
+                f"total {micros_to_cents(self.total)} != campaign budget "
+                f"{micros_to_cents(self.budget_in_postgres)} cents"
+            )
+        if self.total - self.reserved - self.spent < 0:
+            out.append("remaining is negative")
+        return out
+
+
+@dataclass
+class Report:
+    campaigns: dict[str, CampaignCheck] = field(default_factory=dict)
+    repaired: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)
+
+    @property
+    def differing(self) -> dict[str, list[str]]:
+        return {cid: d for cid, c in sorted(self.campaigns.items()) if (d := c.differences())}
+
+    def render(self) -> str:
+        lines = [f"campaigns checked: {len(self.campaigns)}"]
+        for cid, problems in self.differing.items():
+            for problem in problems:
+                lines.append(f"DIFF {cid}: {problem}")
+        lines += [f"REPAIRED {cid}" for cid in self.repaired]
+        lines += [f"MOVED {cid}: counters changed while reconciling, rerun" for cid in self.moved]
+        if not self.differing:
+            lines.append("OK: every campaign balances (budget = remaining + reserved + spent)")
+        return "\n".join(lines)
+
+
+async def _redis_snapshot(redis: Redis, report: Report) -> set[str]:
+    """Counters, open offers and queued billing per shard, each shard read atomically. Returns
+    the billing ids still in Redis (queue or dead letters)."""
+    queued_ids: set[str] = set()
+    for shard in range(SHARDS):
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(budget_key(shard))
+            pipe.zrange(expiry_key(shard), 0, -1)
+            pipe.xrange(queue_key(shard))
+            pipe.xrange(dead_letter_key(shard))
+            counters, open_ids, queued, dead = await pipe.execute()
+        for raw_field, value in counters.items():
+            cid, _, part = _text(raw_field).rpartition(":")
+            check = report.campaigns.setdefault(cid, CampaignCheck(cid, shard))
+            if part in ("t", "r", "s"):
+                setattr(check, {"t": "total", "r": "reserved", "s": "spent"}[part], int(value))
+        async with redis.pipeline(transaction=False) as pipe:
+            for offer_id in open_ids:
+                pipe.hmget(offer_key(shard, _text(offer_id)), "campaign", "price", "status")
+            offers = await pipe.execute()
+        for campaign, price, status in offers:
+            if campaign is None or price is None or status != b"open":
+                continue
+            check = report.campaigns.setdefault(
+                _text(campaign), CampaignCheck(_text(campaign), shard)
+            )
+            check.open_offers_in_redis += int(price)
+            check.open_offer_count += 1
+        for entries, dead_letter in ((queued, False), (dead, True)):
+            for _, fields in entries:
+                if fields.get(b"t") not in _BILLING_TYPES:
+                    continue
+                offer = _json.decode(fields[b"o"])
+                payload = _json.decode(fields[b"p"])
+                cid = offer["campaign"]
+                check = report.campaigns.setdefault(cid, CampaignCheck(cid, shard))
+                if dead_letter:
+                    check.billed_dead_lettered += int(payload["gross_micros"])
+                else:
+                    check.billed_in_queue += int(payload["gross_micros"])
+                queued_ids.add(str(payload["billing_id"]))
+    return queued_ids
+
+
+_BILLED_SQL = """
+SELECT campaign_id::text AS cid, sum(gross_price_cents) AS gross
+FROM billing_records WHERE NOT (billing_id::text = ANY($1::text[])) GROUP BY campaign_id
+"""
+_OPEN_SQL = """
+SELECT campaign_id::text AS cid, sum(bid_price_cents) AS price
+FROM offers WHERE status = 'open' GROUP BY campaign_id
+"""
+
+
+async def check_balances(redis: Redis, conn: Conn) -> Report:
+    """One pass: Redis snapshot first, then the records in Postgres."""
+    report = Report()
+    queued_ids = await _redis_snapshot(redis, report)
+    for row in await conn.fetch("SELECT id::text AS cid, budget_cents FROM campaigns"):
+        check = report.campaigns.setdefault(
+            row["cid"], CampaignCheck(row["cid"], campaign_shard(row["cid"]))
+        )
+        check.budget_in_postgres = cents_to_micros(row["budget_cents"], exact=False)
+    for row in await conn.fetch(_BILLED_SQL, sorted(queued_ids)):
+        check = report.campaigns.setdefault(
+            row["cid"], CampaignCheck(row["cid"], campaign_shard(row["cid"]))
+        )
+        check.billed_in_postgres = cents_to_micros(Decimal(row["gross"]))
+    for row in await conn.fetch(_OPEN_SQL):
+        check = report.campaigns.setdefault(
+            row["cid"], CampaignCheck(row["cid"], campaign_shard(row["cid"]))
+        )
+        check.open_in_postgres = cents_to_micros(Decimal(row["price"]))
+    return report
+
+
+async def reconcile(
+    redis: Redis, conn: Conn, *, repair: bool = False, settle_seconds: float = 0.5
+) -> Report:
+    """Compare twice (`settle_seconds` apart); keep only the differences both passes saw, and
+    with `repair` set those counters to what the records prove."""
+    first = await check_balances(redis, conn)
+    if not first.differing:
+        return first
+    await asyncio.sleep(settle_seconds)
+    second = await check_balances(redis, conn)
+    stable = {
+        cid: check
+        for cid, check in second.campaigns.items()
+        if check.differences() and cid in first.differing
+    }
+    report = Report(
+        campaigns={
+            cid: (check if cid in stable else _balanced(check))
+            for cid, check in second.campaigns.items()
+        }
+    )
+    if repair:
+        await _repair(redis, report, stable)
+    return report
+
+
+def _balanced(check: CampaignCheck) -> CampaignCheck:
+    """A campaign whose difference did not persist: reported as fine."""
+    return CampaignCheck(
+        check.campaign_id,
+        check.shard,
+        total=check.total,
+        reserved=check.open_offers_in_redis,
+        spent=check.billed,
+        budget_in_postgres=check.total,
+        open_offers_in_redis=check.open_offers_in_redis,
+        billed_in_postgres=check.billed,
+    )
+
+
+async def _repair(redis: Redis, report: Report, stable: dict[str, CampaignCheck]) -> None:
+    folder = importlib.resources.files("store") / "lua"
+    script = redis.register_script((folder / "reconcile_set.lua").read_text())
+    for cid, check in sorted(stable.items()):
+        total = check.total if check.budget_in_postgres is None else check.budget_in_postgres
+        args: list[Any] = [cid]
+        args += ["t", check.total, total]
+        args += ["r", check.reserved, check.open_offers_in_redis]
+        args += ["s", check.spent, check.billed]
+        done = await script(keys=[budget_key(check.shard)], args=args)
+        if int(done) == 1:
+            report.repaired.append(cid)
+            check.total, check.reserved, check.spent = (
+                total,
+                check.open_offers_in_redis,
+                check.billed,
+            )
+        else:
+            report.moved.append(cid)
+
+
+def summarize(report: Report) -> dict[str, Any]:
+    """The report as JSON-ready data (cents as Decimal)."""
+    campaigns: dict[str, Any] = defaultdict(dict)
+    for cid, check in sorted(report.campaigns.items()):
+        campaigns[cid] = {
+            "total_cents": micros_to_cents(check.total),
+            "reserved_cents": micros_to_cents(check.reserved),
+            "spent_cents": micros_to_cents(check.spent),
+            "remaining_cents": micros_to_cents(check.total - check.reserved - check.spent),
+            "open_offers_cents": micros_to_cents(check.open_offers_in_redis),
+            "billed_cents": micros_to_cents(check.billed),
+            "billed_in_queue_cents": micros_to_cents(check.billed_in_queue),
+            "billed_dead_lettered_cents": micros_to_cents(check.billed_dead_lettered),
+            "open_in_postgres_cents": micros_to_cents(check.open_in_postgres),
+            "differences": check.differences(),
+        }
+    return {
+        "campaigns": dict(campaigns),
+        "differing": len(report.differing),
+        "repaired": report.repaired,
+        "moved": report.moved,
+    }
