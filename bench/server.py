@@ -1,0 +1,254 @@
+"""The system under test: real Redis and Postgres, a seeded inventory, publisher API keys, and
+ONE granian worker pinned to CPU 0 (the load generators run on CPU 1).
+
+Redis and Postgres are started in `.run/bench` through store.local_servers unless REDIS_URL and
+DATABASE_URL are set. Each inventory variant gets its own Postgres database and Redis logical
+database, so the full run's records stay put for the invariants while the small variant runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import httpx
+import redis
+
+from bidder.auth import new_api_key
+from matching.inventory import InventoryDocument
+from store.inventory_repo import create_api_key, import_document
+from store.local_servers import LocalServers, free_port
+from store.postgres import migrate
+
+ADMIN_TOKEN = "bench-admin-token-0123456789abcdef"
+SIGNING_SECRETS = "bench-signing-secret-0123456789abcdef"
+KEY_PREFIX = "dk_stg_"
+SERVER_CPU = "0"
+LOADGEN_CPU = "1"
+READY_TIMEOUT_S = 120.0
+
+
+def taskset(cpu: str) -> list[str]:
+    """`taskset -c <cpu>` when taskset exists, else nothing (the run then says it is unpinned)."""
+    return ["taskset", "-c", cpu] if shutil.which("taskset") else []
+
+
+@dataclass
+class Backends:
+    """Where Redis and Postgres are; `local` when this run started them."""
+
+    redis_url: str
+    database_url: str
+    local: LocalServers | None = None
+
+    def stop(self) -> None:
+        if self.local is not None:
+            self.local.stop()
+
+
+def start_backends(root: Path) -> Backends:
+    redis_url, database_url = os.environ.get("REDIS_URL"), os.environ.get("DATABASE_URL")
+    if redis_url and database_url:
+        return Backends(redis_url, database_url)
+    local = LocalServers(root)
+    local.start()
+    assert local.redis is not None
+    assert local.postgres is not None
+    return Backends(local.redis.url, local.postgres.url, local)
+
+
+def _with_path(url: str, path: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+
+
+async def fresh_database(admin_url: str, name: str) -> str:
+    """Drop and create database `name` on the server of `admin_url`; return its URL."""
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return _with_path(admin_url, f"/{name}")
+
+
+def fresh_redis(base_url: str, db: int) -> str:
+    url = _with_path(base_url, f"/{db}")
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+    return url
+
+
+@dataclass
+class Seeded:
+    """A migrated, seeded database and the plain API key of every publisher (by publisher id)."""
+
+    database_url: str
+    redis_url: str
+    keys: dict[str, str]
+    seconds: float
+
+
+async def seed_database(database_url: str, redis_url: str, doc: InventoryDocument) -> Seeded:
+    started = time.monotonic()
+    conn = await asyncpg.connect(database_url)
+    try:
+        await migrate(conn)
+        await import_document(conn, doc)
+        keys = {}
+        for publisher in doc.publishers:
+            key, key_hash = new_api_key(KEY_PREFIX)
+            await create_api_key(conn, publisher.id, key_hash, KEY_PREFIX, "staging", None)
+            keys[publisher.id] = key
+    finally:
+        await conn.close()
+    return Seeded(database_url, redis_url, keys, time.monotonic() - started)
+
+
+@dataclass
+class Worker:
+    """One granian worker serving bidder.app:app_from_env."""
+
+    seeded: Seeded
+    log_path: Path
+    port: int = field(default_factory=free_port)
+    env_overrides: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    pinned: bool = False
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def environment(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "DATABASE_URL": self.seeded.database_url,
+            "REDIS_URL": self.seeded.redis_url,
+            "ADMIN_TOKEN": ADMIN_TOKEN,
+            "SIGNING_SECRETS": SIGNING_SECRETS,
+            "BIDDER_ENV": "staging",
+            "PUBLIC_BASE_URL": self.base_url,
+            # Offers outlive the run, so the expiry sweeper does not compete with the load.
+            "OFFER_TTL_SECONDS": "1800",
+            "RECORD_WRITER": "1",
+            "LOG_LEVEL": "WARNING",
+            **self.env_overrides,
+        }
+
+    def command(self) -> list[str]:
+        prefix = taskset(SERVER_CPU)
+        self.pinned = bool(prefix)
+        return [
+            *prefix,
+            sys.executable,
+            "-m",
+            "granian",
+            "--interface",
+            "asgi",
+            "--loop",
+            "uvloop",
+            "--workers",
+            "1",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--factory",
+            "bidder.app:app_from_env",
+        ]
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self.command(),
+                env=self.environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.wait_ready()
+
+    def wait_ready(self) -> dict[str, object]:
+        """Wait for /readyz 200 with the inventory loaded; raise with the log tail if not."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        last = "no answer"
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if self.proc is not None and self.proc.poll() is not None:
+                    break
+                with contextlib.suppress(httpx.HTTPError):
+                    answer = client.get(self.base_url + "/readyz")
+                    last = f"{answer.status_code} {answer.text[:300]}"
+                    if answer.status_code == 200:
+                        body: dict[str, object] = answer.json()
+                        return body
+                time.sleep(0.2)
+        tail = self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+        self.stop()
+        raise RuntimeError(f"the bench worker did not become ready ({last}):\n{tail}")
+
+    def worker_pids(self) -> list[int]:
+        """Processes of the granian tree below the launcher (the worker holds the inventory)."""
+        if self.proc is None:
+            return []
+        found: list[int] = []
+        pending = [self.proc.pid]
+        while pending:
+            pid = pending.pop()
+            found.append(pid)
+            with contextlib.suppress(OSError):
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    children = (task / "children").read_text().split()
+                    pending.extend(int(c) for c in children)
+        return found
+
+    def rss_kib(self) -> dict[int, tuple[int, int]]:
+        """VmRSS and VmHWM (peak) in KiB of every process of the tree, by pid."""
+        sizes = {}
+        for pid in self.worker_pids():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            fields = dict(
+                line.split(":", 1) for line in status.splitlines() if line.startswith("Vm")
+            )
+            rss = int(fields.get("VmRSS", "0 kB").split()[0])
+            hwm = int(fields.get("VmHWM", "0 kB").split()[0])
+            sizes[pid] = (rss, hwm)
+        return sizes
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+
+
+def seed(database_url: str, redis_url: str, doc: InventoryDocument) -> Seeded:
+    return asyncio.run(seed_database(database_url, redis_url, doc))

@@ -1,0 +1,2 @@
+-- wrk script for the accept benchmark: the shared driver does the work (see common.lua)
+dofile((os.getenv("BENCH_WRK_DIR") or "bench/wrk") .. "/common.lua")
