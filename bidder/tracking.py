@@ -1,9 +1,87 @@
-"""Tracking pixel endpoint (being built)."""
+"""The tracking pixel endpoint at the path of TRACKING_BASE_URL, shared by both interfaces.
 
+Every validly signed call is recorded (HotState.track, one Lua step with its record). The
+OpenRTB `impression` on an open bid bills it, exactly once however often it fires: spend at the
+bid price, and a billing record split at the publisher's commission rate. The answer is a 1x1
+transparent GIF; a forged or altered URL gets 403 and changes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
 from typing import Any
 
+from litestar import Request, Response, get
+from redis.exceptions import RedisError
+
+from bidder.errors import Forbidden, Unavailable
+from bidder.runtime import Runtime, utcnow
 from bidder.settings import Settings
+from bidder.signing import verify
+from bidder.vast import IMPRESSION_EVENT, TRACKING_SIGNED
+from bidder.web import runtime_of
+from matching.money import split_gross
+
+PIXEL = base64.b64decode("R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7")
+_PIXEL_HEADERS = {"Cache-Control": "no-store, max-age=0"}
 
 
 def routes(settings: Settings) -> list[Any]:
-    return []
+    """The endpoint, served at the path of `settings.tracking_base_url`."""
+    path = settings.tracking_path
+
+    @get(path, include_in_schema=False)
+    async def track(request: Request[Any, Any, Any]) -> Response[bytes]:
+        return await handle_track(request, path)
+
+    return [track]
+
+
+async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[bytes]:
+    rt = runtime_of(request)
+    params = {name: request.query_params.get(name) or "" for name in request.query_params}
+    if (
+        not verify(rt.settings.signing_secrets, path, params, TRACKING_SIGNED)
+        or not params["ts"].isdigit()
+    ):
+        raise Forbidden("Invalid tracking URL signature", code="INVALID_SIGNATURE")
+    offer_id, event = params["offer_id"], params["event"]
+    payload = {
+        "event_id": str(uuid.uuid4()),
+        "event": event,
+        "ts": int(params["ts"]),
+        "price": request.query_params.get("price"),
+        "aud": request.query_params.get("aud"),
+    }
+    now = utcnow()
+    try:
+        billing = await _billing(rt, offer_id) if event == IMPRESSION_EVENT else {}
+        await rt.hot.track(offer_id, event, now, payload, billing)
+    except (RedisError, OSError, TimeoutError):
+        raise Unavailable(
+            "The tracking event could not be stored, retry shortly", headers={"Retry-After": "1"}
+        ) from None
+    return Response(PIXEL, media_type="image/gif", headers=_PIXEL_HEADERS)
+
+
+async def _billing(rt: Runtime, offer_id: str) -> dict[str, Any]:
+    """The billing payload for an impression of an open OpenRTB bid, else nothing.
+
+    The script bills at the offer's stored price and only while it is open, so reading the
+    offer first cannot bill a wrong amount; at worst the payload goes unused.
+    """
+    offer = await rt.hot.offer(offer_id)
+    if offer is None or offer.get("channel") != "openrtb" or offer.get("status") != "open":
+        return {}
+    gross = int(offer["price"])
+    publisher = rt.snapshot.publishers.get(offer["publisher"]) if rt.snapshot else None
+    rate = publisher.commission_rate if publisher else rt.settings.default_commission_rate
+    net, commission = split_gross(gross, rate)
+    return {
+        "billing_id": str(uuid.uuid4()),
+        "gross_micros": gross,
+        "commission_micros": commission,
+        "net_micros": net,
+        "commission_rate": str(rate),
+    }

@@ -1,5 +1,41 @@
-"""Routes (being built)."""
+"""The legacy OpenRTB 2.6 interface (deprecated): bid, loss notice and its OpenAPI document.
+
+Every answer carries `Deprecation: true` and the `Link` to the migration guide; errors come out
+as `{error, message, details, deprecated, ...}` through bidder.web.error_response.
+"""
+
+from __future__ import annotations
 
 from typing import Any
 
-routes: list[Any] = []
+from litestar import Request, Response, get, post, route
+from litestar.params import FromPath
+
+from bidder.deprecation import OPENRTB_PREFIX
+from bidder.openrtb._bid import handle_bid
+from bidder.openrtb._loss import handle_loss
+from bidder.openrtb._openapi import openapi_document
+from bidder.openrtb._response import json_document
+from bidder.web import runtime_of
+
+
+@post([f"{OPENRTB_PREFIX}/bid", f"{OPENRTB_PREFIX}/"], status_code=200)
+async def bid(request: Request[Any, Any, Any]) -> Response[Any]:
+    """A BidRequest in, a BidResponse (or a no-bid) out."""
+    return await handle_bid(request)
+
+
+@route(f"{OPENRTB_PREFIX}/loss/{{offer_id:str}}", http_method=["GET", "POST"])
+async def loss(request: Request[Any, Any, Any], offer_id: FromPath[str]) -> Response[Any]:
+    """The signed loss notice URL given in `lurl`."""
+    return await handle_loss(request, offer_id)
+
+
+@get(f"{OPENRTB_PREFIX}/openapi.json", sync_to_thread=False)
+def openapi(request: Request[Any, Any, Any]) -> Response[Any]:
+    """The OpenAPI 3.0 description of this interface."""
+    settings = runtime_of(request).settings
+    return json_document(settings, openapi_document(settings))
+
+
+routes: list[Any] = [bid, loss, openapi]

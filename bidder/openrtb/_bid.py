@@ -1,0 +1,149 @@
+"""POST /bid: authenticate, validate, find the screen, make a reserved bid, answer.
+
+Outcomes (contract, "Response outcomes"): a bid is 200 with a BidResponse; no match, minimum not
+met or MIME type not allowed is 204; a resolution mismatch is 200 `nbr` 0; Redis failing is 200
+`nbr` 1 at once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from litestar import Request, Response
+from redis.exceptions import RedisError
+
+from bidder.auth import authenticate
+from bidder.offers import MadeOffer, make_offer
+from bidder.openrtb._loss import loss_url
+from bidder.openrtb._request import BidAsk, parse_bid_request, request_id_of
+from bidder.openrtb._response import (
+    NBR_TECHNICAL,
+    NBR_UNKNOWN,
+    Bid,
+    bid_response,
+    no_bid,
+    no_content,
+)
+from bidder.runtime import Runtime, utcnow
+from bidder.vast import VastAd, render_vast, tracking_urls
+from bidder.web import runtime_of
+from matching.engine import NoMatch, VideoSlot
+from matching.money import micros_to_cents, micros_to_eur, openrtb_min_bid_micros
+from matching.snapshot import ScreenInfo, Snapshot
+from store.hot import epoch_ms
+
+# Engine no-match reasons answered 200 `nbr` 0; every other reason is a 204.
+_NBR_REASONS = frozenset({"resolution_mismatch"})
+
+
+async def handle_bid(request: Request[Any, Any, Any]) -> Response[Any]:
+    rt = runtime_of(request)
+    settings = rt.settings
+    body = await request.body()
+    snapshot = rt.snapshot
+    if snapshot is None:  # starting up: keys and screens are not known yet
+        rt.metrics.no_bids.labels("technical").inc()
+        return no_bid(settings, request_id_of(body), NBR_TECHNICAL)
+    now = utcnow()
+    key = authenticate(
+        request.headers.get("authorization"),
+        snapshot,
+        settings.key_prefix,
+        now,
+        code="INVALID_API_KEY",
+    )
+    ask = parse_bid_request(body)
+    screen = snapshot.screens_by_external_id.get((key.publisher_id, ask.tagid))
+    if screen is None:
+        rt.metrics.no_bids.labels("unknown_screen").inc()
+        return no_content(settings)
+    try:
+        made = await _make_bid(rt, snapshot, screen, ask, now)
+    except (RedisError, OSError, TimeoutError):
+        rt.metrics.no_bids.labels("technical").inc()
+        return no_bid(settings, ask.request_id, NBR_TECHNICAL)
+    if isinstance(made, NoMatch):
+        rt.metrics.no_bids.labels(made.reason).inc()
+        if made.reason in _NBR_REASONS:
+            return no_bid(settings, ask.request_id, NBR_UNKNOWN)
+        return no_content(settings)
+    rt.metrics.bids.inc()
+    return bid_response(settings, ask.request_id, _bid(rt, snapshot, screen, ask, made, now))
+
+
+async def _make_bid(
+    rt: Runtime, snapshot: Snapshot, screen: ScreenInfo, ask: BidAsk, now: datetime
+) -> MadeOffer | NoMatch:
+    fields = {
+        "auction_id": ask.request_id,
+        "imp_id": ask.imp_id,
+        "pmp_deal_id": ask.deal_id,
+        "audience": str(ask.audience),
+    }
+    return await make_offer(
+        rt,
+        snapshot,
+        screen,
+        now,
+        channel="openrtb",
+        ttl_seconds=rt.settings.offer_ttl_seconds,
+        audience=ask.audience,
+        min_price_micros=openrtb_min_bid_micros(ask.bidfloor, ask.audience),
+        slot=VideoSlot(ask.width, ask.height, ask.mimes),
+        extra_fields=fields,
+        payload=fields,
+    )
+
+
+def _bid(
+    rt: Runtime,
+    snapshot: Snapshot,
+    screen: ScreenInfo,
+    ask: BidAsk,
+    made: MadeOffer,
+    now: datetime,
+) -> Bid:
+    settings = rt.settings
+    offer_id = made.offer_id
+    campaign, creative = made.match.campaign, made.match.creative
+    advertiser = snapshot.advertisers.get(campaign.advertiser_id)
+    domain = advertiser.domain if advertiser is not None else ""
+    now_ms = epoch_ms(now)
+    impression, tracking = tracking_urls(
+        settings, offer_id, screen.publisher_id, screen.id, now_ms, openrtb=True
+    )
+    adm = render_vast(
+        VastAd(
+            offer_id=offer_id,
+            ad_title=campaign.name,
+            advertiser=advertiser.name if advertiser is not None else "",
+            advertiser_domain=domain,
+            asset_url=creative.url,
+            mime_type=creative.mime_type,
+            width=creative.width,
+            height=creative.height,
+            duration_seconds=creative.duration_seconds,
+            bid_price_cents=micros_to_cents(made.match.price_micros),
+            billing_code=snapshot.billing_code(campaign.advertiser_id, screen.publisher_id),
+            expires_in_seconds=max(int((made.expires_at - now).total_seconds()), 0),
+            creative_id=creative.id,
+            impression_url=impression,
+            tracking=tracking,
+        )
+    )
+    return Bid(
+        id=str(uuid.uuid4()),
+        impid=ask.imp_id,
+        price=micros_to_eur(made.match.price_micros),
+        adid=offer_id,
+        cid=offer_id,
+        crid=offer_id,
+        adm=adm,
+        lurl=loss_url(settings, offer_id, screen.publisher_id, screen.id, now_ms),
+        adomain=[domain] if domain else [],
+        dealid=ask.deal_id,
+        w=creative.width,
+        h=creative.height,
+    )

@@ -1,0 +1,162 @@
+"""Loss notices: the signed `lurl` a bid carries, and GET/POST /loss/{offer_id}.
+
+The URL signs the path (so the offer id), `pub`, `scr` and `ts`; the auction macros the SSP
+substitutes (`reason`, `price`, `cur`, `mtw`, `aid`) are outside the signature. Limits are checked
+before anything else (414 query over 4 KB, 413 body over 16 KB), then the signature and the
+24-hour window (403), then the notice is recorded in one Lua step (HotState.loss): the first call
+releases an open bid's reservation, retries only count, a notice after billing changes nothing.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from typing import Any
+from urllib.parse import quote
+
+import msgspec
+from litestar import Request, Response
+from redis.exceptions import RedisError
+
+from bidder.deprecation import OPENRTB_PREFIX
+from bidder.errors import Forbidden, PayloadTooLarge, Unavailable, UriTooLong
+from bidder.openrtb._response import no_content
+from bidder.runtime import utcnow
+from bidder.settings import Settings
+from bidder.signing import SIGNATURE_PARAM, sign, verify
+from bidder.web import runtime_of
+from store.hot import epoch_ms
+
+MAX_QUERY_BYTES = 4 * 1024
+MAX_BODY_BYTES = 16 * 1024
+VALIDITY_MS = 24 * 3_600_000
+# Workers' clocks may differ a little: a `ts` this far in the future still counts as now.
+CLOCK_SKEW_MS = 5 * 60_000
+LOSS_SIGNED = ("pub", "scr", "ts")
+# The auction macros, in the order they appear in `lurl`. `${TOTAL_IMP}` is deliberately absent.
+LOSS_MACROS = (
+    ("reason", "${AUCTION_LOSS}"),
+    ("price", "${AUCTION_PRICE}"),
+    ("cur", "${AUCTION_CURRENCY}"),
+    ("mtw", "${AUCTION_MIN_TO_WIN}"),
+    ("aid", "${AUCTION_ID}"),
+)
+
+_json = msgspec.json.Decoder()
+
+
+def loss_path(offer_id: str) -> str:
+    return f"{OPENRTB_PREFIX}/loss/{offer_id}"
+
+
+def loss_url(
+    settings: Settings, offer_id: str, publisher_id: str, screen_id: str, now_ms: int
+) -> str:
+    """The signed `lurl` of a bid, with the auction macros for the SSP to substitute."""
+    params = {"pub": publisher_id, "scr": screen_id, "ts": str(now_ms)}
+    params[SIGNATURE_PARAM] = sign(
+        settings.signing_secret, loss_path(offer_id), params, LOSS_SIGNED
+    )
+    query = [f"{name}={macro}" for name, macro in LOSS_MACROS]
+    query += [f"{name}={quote(value, safe='-_.~')}" for name, value in params.items()]
+    return f"{settings.public_base_url}{loss_path(offer_id)}?{'&'.join(query)}"
+
+
+async def handle_loss(request: Request[Any, Any, Any], offer_id: str) -> Response[Any]:
+    rt = runtime_of(request)
+    settings = rt.settings
+    if len(request.scope.get("query_string", b"")) > MAX_QUERY_BYTES:
+        raise UriTooLong(f"The query string is above {MAX_QUERY_BYTES} bytes")
+    raw_body = await _read_body(request)
+    params = {name: request.query_params.get(name) or "" for name in request.query_params}
+    now = utcnow()
+    if not _signed_and_fresh(settings, offer_id, params, epoch_ms(now)):
+        raise Forbidden(
+            "The loss notice URL signature is invalid, or its ts is outside the 24-hour window",
+            code="INVALID_SIGNATURE",
+        )
+    payload = {
+        "reason": _integer(params.get("reason")),
+        "price": _decimal(params.get("price")),
+        "cur": _text(params.get("cur")),
+        "mtw": _decimal(params.get("mtw")),
+        "aid": _text(params.get("aid")),
+        "body": _diagnostic_body(raw_body) if request.method == "POST" else None,
+    }
+    try:
+        await rt.hot.loss(offer_id, now, payload)
+    except (RedisError, OSError, TimeoutError):
+        raise Unavailable(
+            "The loss notice could not be stored; retry with backoff, the URL stays valid",
+            headers={"Retry-After": "5"},
+        ) from None
+    return no_content(settings)
+
+
+async def _read_body(request: Request[Any, Any, Any]) -> bytes:
+    """The body, refused with 413 above 16 KB (by Content-Length, then by what arrives)."""
+    declared = request.headers.get("content-length", "")
+    if declared.strip().isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"The body is above {MAX_BODY_BYTES} bytes")
+    received = bytearray()
+    async for chunk in request.stream():
+        received += chunk
+        if len(received) > MAX_BODY_BYTES:
+            raise PayloadTooLarge(f"The body is above {MAX_BODY_BYTES} bytes")
+    return bytes(received)
+
+
+def _signed_and_fresh(
+    settings: Settings, offer_id: str, params: dict[str, str], now_ms: int
+) -> bool:
+    if not verify(settings.signing_secrets, loss_path(offer_id), params, LOSS_SIGNED):
+        return False
+    ts = params["ts"]
+    if not ts.isdigit():
+        return False
+    return now_ms - VALIDITY_MS <= int(ts) <= now_ms + CLOCK_SKEW_MS
+
+
+def _substituted(value: str | None) -> str | None:
+    """The value the SSP put in, or None for an absent, empty or unsubstituted macro."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value or "${" in value:
+        return None
+    return value
+
+
+def _text(value: str | None) -> str | None:
+    return _substituted(value)
+
+
+def _decimal(value: str | None) -> str | None:
+    """A decimal number kept as its exact text; None when the value is not one."""
+    text = _substituted(value)
+    if text is None:
+        return None
+    try:
+        amount = Decimal(text)
+    except InvalidOperation:
+        return None
+    return text if amount.is_finite() else None
+
+
+def _integer(value: str | None) -> int | None:
+    text = _substituted(value)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _diagnostic_body(raw: bytes) -> Any:
+    """A POST body as stored for diagnostics: its JSON, or its text when it is not JSON."""
+    if not raw.strip():
+        return None
+    try:
+        return _json.decode(raw)
+    except msgspec.DecodeError:
+        return raw.decode("utf-8", errors="replace")

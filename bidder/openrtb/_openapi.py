@@ -1,0 +1,424 @@
+"""The OpenAPI 3.0 document of the OpenRTB interface: exactly the bid (both paths) and the loss
+notice endpoints, with their status codes, bodies and headers. Served at /openapi.json."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from bidder.deprecation import DEPRECATION_MESSAGE, OPENRTB_PREFIX
+from bidder.settings import Settings
+
+VALIDATION_ORDER = (
+    "INVALID_REQUEST",
+    "MULTI_IMP_NOT_SUPPORTED",
+    "NOT_FIXED_PRICE",
+    "NO_EXTERNAL_SCREEN_ID",
+    "NO_VIDEO_OBJECT",
+    "NO_RESOLUTION",
+    "NO_PMP_DEALS",
+    "NO_TOTAL_AUDIENCE",
+)
+
+_BID_DESCRIPTION = f"""\
+**Deprecated.** {DEPRECATION_MESSAGE}
+
+Exactly one impression, fixed price (`at` = 3), a video object (no banner), an exact resolution
+(`video.w` x `video.h`, no scaling), at least one PMP deal and an audience quantity.
+
+Validation runs in this order and the first failing rule answers 400 with its code:
+1. `INVALID_REQUEST`: the body is not JSON, not a BidRequest object, `id` is missing, or a
+   container (`imp`, `video`, `pmp`, `qty`, `ext`) has the wrong JSON type;
+2. `MULTI_IMP_NOT_SUPPORTED`: not exactly one impression (zero included), `details.imp_count`;
+   then `imp[0].id` missing is `INVALID_REQUEST`;
+3. `NOT_FIXED_PRICE`: `at` is not 3, or `imp[0].pmp.deals[0].at` is present and not 3;
+4. `NO_EXTERNAL_SCREEN_ID`: `imp[0].tagid` missing or empty;
+5. `NO_VIDEO_OBJECT`: `imp[0].video` missing, or `imp[0].banner` present;
+6. `NO_RESOLUTION`: `video.w` or `video.h` missing or not a positive integer
+   (a `video.mimes` that is not an array of strings is `INVALID_REQUEST`);
+7. `NO_PMP_DEALS`: `imp[0].pmp.deals` missing or empty, or `deals[0]` without `id` or a
+   `bidfloor` of 0 or more;
+8. `NO_TOTAL_AUDIENCE`: no `imp[0].qty.multiplier` > 0 and, when `qty` is absent, no
+   `imp[0].ext.totalaud` > 0. When `qty` is sent its multiplier is used, with no fallback.
+
+The screen is `imp[0].tagid` among the external ids of the key's publisher (unknown: 204). The
+minimum bid is `bidfloor` x audience / 10 cents, rounded up to a whole cent. `price` is the
+offer's **per-play price in EUR** (`bid_price_cents` / 100), not a CPM. Billing happens only on
+the VAST `impression` tracking event; the loss notice in `lurl` releases the reservation.
+"""
+
+_LOSS_DESCRIPTION = """\
+**Deprecated.** The signed loss notice URL returned in `lurl`; call it exactly as returned,
+with the macros substituted. No Authorization header: the URL is authenticated by its signature
+(`pub`, `scr`, `ts`, `token`) and is valid for 24 hours after the bid. Checked in this order:
+query string above 4 KB (414), body above 16 KB (413), signature or `ts` window (403), storage
+(503, retry with backoff). Unsubstituted macros are stored as absent values. The first notice
+counts (it releases the reservation of a bid that is not billed yet); retries only increment a
+counter. A notice after billing is recorded and changes nothing. A validly signed notice for a
+bid the service no longer knows is accepted (204). A POST body (JSON, or any text) is stored
+for diagnostics.
+"""
+
+
+def _headers() -> dict[str, Any]:
+    return {
+        "Deprecation": {
+            "description": "Always `true`: this interface is deprecated.",
+            "schema": {"type": "string", "enum": ["true"]},
+        },
+        "Link": {
+            "description": 'The migration guide, `<url>; rel="deprecation"`.',
+            "schema": {"type": "string"},
+        },
+    }
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "headers": _headers(),
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+def _schemas() -> dict[str, Any]:
+    number = {"type": "number"}
+    return {
+        "BidRequest": {
+            "type": "object",
+            "description": "OpenRTB 2.6 BidRequest; only the fields below are read, others are "
+            "tolerated.",
+            "required": ["id", "at", "imp"],
+            "properties": {
+                "id": {"type": "string", "minLength": 1, "description": "Auction id."},
+                "at": {"type": "integer", "enum": [3], "description": "Fixed price only."},
+                "imp": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 1,
+                    "items": {"$ref": "#/components/schemas/Imp"},
+                },
+            },
+        },
+        "Imp": {
+            "type": "object",
+            "required": ["id", "tagid", "video", "pmp"],
+            "anyOf": [
+                {"required": ["qty"]},
+                {"required": ["ext"], "properties": {"ext": {"required": ["totalaud"]}}},
+            ],
+            "properties": {
+                "id": {"type": "string", "minLength": 1},
+                "tagid": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The publisher's external screen id.",
+                },
+                "banner": {"not": {}, "description": "Not supported: must be absent."},
+                "video": {
+                    "type": "object",
+                    "required": ["w", "h"],
+                    "properties": {
+                        "w": {"type": "integer", "minimum": 1},
+                        "h": {"type": "integer", "minimum": 1},
+                        "mimes": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+                "pmp": {
+                    "type": "object",
+                    "required": ["deals"],
+                    "properties": {
+                        "deals": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {
+                                "type": "object",
+                                "required": ["id", "bidfloor"],
+                                "properties": {
+                                    "id": {"type": "string", "minLength": 1},
+                                    "bidfloor": {
+                                        "type": "number",
+                                        "minimum": 0,
+                                        "description": "Minimum CPM in EUR.",
+                                    },
+                                    "at": {"type": "integer", "enum": [3]},
+                                },
+                            },
+                        }
+                    },
+                },
+                "qty": {
+                    "type": "object",
+                    "required": ["multiplier"],
+                    "properties": {
+                        "multiplier": {
+                            "type": "number",
+                            "exclusiveMinimum": True,
+                            "minimum": 0,
+                            "description": "Audience reached by one play (preferred).",
+                        },
+                        "sourcetype": {"type": "integer"},
+                        "vendor": {"type": "string"},
+                    },
+                },
+                "ext": {
+                    "type": "object",
+                    "properties": {
+                        "totalaud": {
+                            "type": "number",
+                            "exclusiveMinimum": True,
+                            "minimum": 0,
+                            "description": "Legacy audience; used only when qty is absent.",
+                        }
+                    },
+                },
+            },
+        },
+        "Bid": {
+            "type": "object",
+            "required": [
+                "id",
+                "impid",
+                "price",
+                "adid",
+                "cid",
+                "crid",
+                "adm",
+                "lurl",
+                "adomain",
+                "dealid",
+                "w",
+                "h",
+            ],
+            "properties": {
+                "id": {"type": "string", "format": "uuid"},
+                "impid": {"type": "string", "description": "Mirrors imp[0].id."},
+                "price": {
+                    **number,
+                    "description": "The offer's per-play price in EUR (bid_price_cents / 100), "
+                    "not a CPM.",
+                },
+                "adid": {"type": "string", "description": "The offer id."},
+                "cid": {"type": "string", "description": "The offer id."},
+                "crid": {"type": "string", "description": "The offer id."},
+                "adm": {
+                    "type": "string",
+                    "description": "VAST 4.0 XML; tracking URLs carry price=${AUCTION_PRICE} "
+                    "and aud=${TOTAL_IMP}; the impression event bills the bid.",
+                },
+                "lurl": {"type": "string", "description": "Signed loss notice URL."},
+                "adomain": {"type": "array", "items": {"type": "string"}},
+                "dealid": {"type": "string", "description": "imp[0].pmp.deals[0].id."},
+                "w": {"type": "integer"},
+                "h": {"type": "integer"},
+            },
+        },
+        "BidResponse": {
+            "type": "object",
+            "required": ["id", "seatbid", "bidid", "cur", "ext"],
+            "properties": {
+                "id": {"type": "string", "description": "Mirrors the BidRequest id."},
+                "seatbid": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 1,
+                    "items": {
+                        "type": "object",
+                        "required": ["bid"],
+                        "properties": {
+                            "bid": {
+                                "type": "array",
+                                "minItems": 1,
+                                "maxItems": 1,
+                                "items": {"$ref": "#/components/schemas/Bid"},
+                            }
+                        },
+                    },
+                },
+                "bidid": {"type": "string", "format": "uuid"},
+                "cur": {"type": "string", "enum": ["EUR"]},
+                "ext": {
+                    "type": "object",
+                    "required": ["platform"],
+                    "properties": {"platform": {"$ref": "#/components/schemas/Deprecation"}},
+                },
+            },
+        },
+        "NoBid": {
+            "type": "object",
+            "required": ["id", "seatbid", "nbr", "cur"],
+            "properties": {
+                "id": {"type": "string", "description": "Mirrors the BidRequest id."},
+                "seatbid": {"type": "array", "maxItems": 0, "items": {"type": "object"}},
+                "nbr": {
+                    "type": "integer",
+                    "enum": [0, 1],
+                    "description": "0 resolution mismatch, 1 technical failure.",
+                },
+                "cur": {"type": "string", "enum": ["EUR"]},
+            },
+        },
+        "Deprecation": {
+            "type": "object",
+            "required": ["deprecated", "deprecation_message", "documentation", "migration_guide"],
+            "properties": {
+                "deprecated": {"type": "boolean", "enum": [True]},
+                "deprecation_message": {"type": "string"},
+                "documentation": {"type": "string"},
+                "migration_guide": {"type": "string"},
+            },
+        },
+        "Error": {
+            "type": "object",
+            "required": [
+                "error",
+                "message",
+                "details",
+                "deprecated",
+                "deprecation_message",
+                "documentation",
+                "migration_guide",
+            ],
+            "properties": {
+                "error": {"type": "string", "description": "The code to match on."},
+                "message": {"type": "string"},
+                "details": {"type": "object"},
+                "deprecated": {"type": "boolean", "enum": [True]},
+                "deprecation_message": {"type": "string"},
+                "documentation": {"type": "string"},
+                "migration_guide": {"type": "string"},
+            },
+        },
+    }
+
+
+def _bid_operation(operation_id: str) -> dict[str, Any]:
+    return {
+        "operationId": operation_id,
+        "summary": "Bid on one DOOH impression (deprecated)",
+        "description": _BID_DESCRIPTION,
+        "deprecated": True,
+        "security": [{"bearer": []}],
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/BidRequest"}}
+            },
+        },
+        "responses": {
+            "200": {
+                "description": "A bid, or a no-bid with `nbr` (0 resolution mismatch, "
+                "1 technical failure).",
+                "headers": _headers(),
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "oneOf": [
+                                {"$ref": "#/components/schemas/BidResponse"},
+                                {"$ref": "#/components/schemas/NoBid"},
+                            ]
+                        }
+                    }
+                },
+            },
+            "204": {
+                "description": "No bid: unknown screen, no matching offer, minimum not met, "
+                "or no asset of an accepted MIME type.",
+                "headers": _headers(),
+            },
+            "400": _error("Validation error; `error` is the first failing rule's code."),
+            "401": _error("`INVALID_API_KEY`: Authorization missing or invalid."),
+            "413": _error("Body too large."),
+        },
+    }
+
+
+def _loss_operation(operation_id: str, method: str) -> dict[str, Any]:
+    signed: list[dict[str, Any]] = [
+        {
+            "name": name,
+            "in": "query",
+            "required": True,
+            "schema": {"type": "string"},
+            "description": "Part of the signed URL; do not alter.",
+        }
+        for name in ("pub", "scr", "ts", "token")
+    ]
+    parameters: list[dict[str, Any]] = [
+        {"name": "offer_id", "in": "path", "required": True, "schema": {"type": "string"}},
+        {
+            "name": "reason",
+            "in": "query",
+            "schema": {"type": "string"},
+            "description": "${AUCTION_LOSS}: 0 won, 1-10 technical, 100-104 auction, "
+            "200-213 creative filtered, 1000+ exchange specific.",
+        },
+        {
+            "name": "price",
+            "in": "query",
+            "schema": {"type": "string"},
+            "description": "${AUCTION_PRICE}: the winner's clearing CPM; stored, never billed.",
+        },
+        {"name": "cur", "in": "query", "schema": {"type": "string"}},
+        {"name": "mtw", "in": "query", "schema": {"type": "string"}},
+        {"name": "aid", "in": "query", "schema": {"type": "string"}},
+    ]
+    parameters += signed
+    operation: dict[str, Any] = {
+        "operationId": operation_id,
+        "summary": f"Loss notice ({method}, deprecated)",
+        "description": _LOSS_DESCRIPTION,
+        "deprecated": True,
+        "security": [],
+        "parameters": parameters,
+        "responses": {
+            "204": {"description": "Notice accepted.", "headers": _headers()},
+            "403": _error("`INVALID_SIGNATURE`: signature invalid, or ts outside 24 hours."),
+            "413": _error("Body above 16 KB."),
+            "414": _error("Query string above 4 KB."),
+            "503": _error("Temporary ingestion problem; retry with backoff."),
+        },
+    }
+    if method == "POST":
+        operation["requestBody"] = {
+            "required": False,
+            "description": "Optional, stored for diagnostics (at most 16 KB).",
+            "content": {"application/json": {"schema": {}}},
+        }
+    return operation
+
+
+@cache
+def _document(public_base_url: str, migration_guide: str) -> dict[str, Any]:
+    loss_path = f"{OPENRTB_PREFIX}/loss/{{offer_id}}"
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "OpenRTB 2.6 bidding interface (deprecated)",
+            "version": "2.6",
+            "description": f"{DEPRECATION_MESSAGE} Migration guide: {migration_guide}",
+        },
+        "servers": [{"url": public_base_url}],
+        "paths": {
+            f"{OPENRTB_PREFIX}/bid": {"post": _bid_operation("bid")},
+            f"{OPENRTB_PREFIX}/": {"post": _bid_operation("bidAtRoot")},
+            loss_path: {
+                "get": _loss_operation("lossNotice", "GET"),
+                "post": _loss_operation("lossNoticePost", "POST"),
+            },
+        },
+        "components": {
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "The publisher API key.",
+                }
+            },
+            "schemas": _schemas(),
+        },
+    }
+
+
+def openapi_document(settings: Settings) -> dict[str, Any]:
+    return _document(settings.public_base_url, settings.migration_guide_url)

@@ -1,0 +1,236 @@
+"""The BidRequest as this interface reads it: msgspec "view" Structs holding only the fields used,
+and the validation rules in the order of decisions section 6.
+
+Containers (the request, `imp`, `video`, `pmp`, `qty`, `ext`) are typed, so a body of the wrong
+shape is `INVALID_REQUEST`. The leaves a rule looks at are decoded untyped and judged by that
+rule, so `"w": "1920"` is `NO_RESOLUTION` and `"at": "3"` is `NOT_FIXED_PRICE`, each in its
+place in the order. Numbers decode as `Decimal`, never as binary floats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+
+from bidder.errors import BadRequest
+
+FIXED_PRICE = 3
+
+
+class Video(msgspec.Struct):
+    w: Any = None
+    h: Any = None
+    mimes: Any = None
+
+
+class Deal(msgspec.Struct):
+    id: Any = None
+    bidfloor: Any = None
+    at: Any = None
+
+
+class Pmp(msgspec.Struct):
+    deals: Any = None
+
+
+class Qty(msgspec.Struct):
+    multiplier: Any = None
+
+
+class ImpExt(msgspec.Struct):
+    totalaud: Any = None
+
+
+class Imp(msgspec.Struct):
+    id: Any = None
+    tagid: Any = None
+    video: Video | None = None
+    banner: Any = None
+    pmp: Pmp | None = None
+    qty: Qty | None = None
+    ext: ImpExt | None = None
+
+
+class BidRequestView(msgspec.Struct):
+    id: Any = None
+    at: Any = None
+    imp: list[Imp] | None = None
+
+
+class IdView(msgspec.Struct):
+    """Just the request id, for answers given before the request is judged (nbr 1)."""
+
+    id: Any = None
+
+
+_decoder = msgspec.json.Decoder(BidRequestView, float_hook=Decimal)
+_id_decoder = msgspec.json.Decoder(IdView)
+
+
+@dataclass(frozen=True, slots=True)
+class BidAsk:
+    """A BidRequest that passed every rule: what the bid path needs, typed."""
+
+    request_id: str
+    imp_id: str
+    tagid: str
+    width: int
+    height: int
+    mimes: frozenset[str] | None
+    deal_id: str
+    bidfloor: Decimal
+    audience: Decimal
+
+
+def _invalid(code: str, message: str, **details: Any) -> BadRequest:
+    return BadRequest(message, code=code, details=details)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> Decimal | None:
+    """A finite JSON number as a Decimal; None for anything else (strings, booleans, null)."""
+    if isinstance(value, bool) or not isinstance(value, int | Decimal):
+        return None
+    amount = Decimal(value)
+    return amount if amount.is_finite() else None
+
+
+def _non_empty_string(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def request_id_of(body: bytes) -> str:
+    """The BidRequest id if the body has a string one, else an empty string."""
+    try:
+        view = _id_decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ""
+    return view.id if isinstance(view.id, str) else ""
+
+
+def parse_bid_request(body: bytes) -> BidAsk:
+    """Decode and validate a BidRequest; raise BadRequest with the first failing rule's code."""
+    try:
+        request = _decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise _invalid(
+            "INVALID_REQUEST", f"The body is not a valid BidRequest: {exc}", problem=str(exc)
+        ) from None
+    except msgspec.DecodeError:
+        raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
+    if not _non_empty_string(request.id):
+        raise _invalid("INVALID_REQUEST", "BidRequest.id is required (a non-empty string)")
+
+    imps = request.imp or []
+    if len(imps) != 1:
+        raise _invalid(
+            "MULTI_IMP_NOT_SUPPORTED",
+            f"Exactly one impression is supported, got {len(imps)}",
+            imp_count=len(imps),
+        )
+    imp = imps[0]
+    if not _non_empty_string(imp.id):
+        raise _invalid("INVALID_REQUEST", "imp[0].id is required (a non-empty string)")
+
+    _check_fixed_price(request.at, imp)
+
+    if not _non_empty_string(imp.tagid):
+        raise _invalid("NO_EXTERNAL_SCREEN_ID", "imp[0].tagid (the external screen id) is required")
+
+    video = imp.video
+    if video is None or imp.banner is not None:
+        raise _invalid(
+            "NO_VIDEO_OBJECT",
+            "imp[0].video is required and imp[0].banner is not supported",
+            video=video is not None,
+            banner=imp.banner is not None,
+        )
+    if not (_is_int(video.w) and _is_int(video.h) and video.w > 0 and video.h > 0):
+        raise _invalid(
+            "NO_RESOLUTION", "imp[0].video.w and imp[0].video.h must be positive integers"
+        )
+    mimes = _mimes(video.mimes)
+
+    deal = _first_deal(imp)
+    audience = _audience(imp)
+    return BidAsk(
+        request_id=request.id,
+        imp_id=imp.id,
+        tagid=imp.tagid,
+        width=video.w,
+        height=video.h,
+        mimes=mimes,
+        deal_id=deal[0],
+        bidfloor=deal[1],
+        audience=audience,
+    )
+
+
+def _check_fixed_price(at: Any, imp: Imp) -> None:
+    """`at` must be 3; so must the first deal's `at` when it overrides the request's."""
+    if not _is_int(at) or at != FIXED_PRICE:
+        raise _invalid(
+            "NOT_FIXED_PRICE", "Only fixed-price auctions are supported: at must be 3", at=at
+        )
+    deals = imp.pmp.deals if imp.pmp is not None else None
+    if isinstance(deals, list) and deals and isinstance(deals[0], dict):
+        deal_at = deals[0].get("at")
+        if deal_at is not None and (not _is_int(deal_at) or deal_at != FIXED_PRICE):
+            raise _invalid(
+                "NOT_FIXED_PRICE",
+                "Only fixed-price deals are supported: imp[0].pmp.deals[0].at must be 3",
+                deal_at=deal_at,
+            )
+
+
+def _mimes(value: Any) -> frozenset[str] | None:
+    """The MIME types the SSP takes; None (no filter) when the request names none."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
+        raise _invalid("INVALID_REQUEST", "imp[0].video.mimes must be an array of strings")
+    return frozenset(m.strip().lower() for m in value) or None
+
+
+def _first_deal(imp: Imp) -> tuple[str, Decimal]:
+    """(deal id, bidfloor) of `imp.pmp.deals[0]`, the deal this interface bids on."""
+    deals = imp.pmp.deals if imp.pmp is not None else None
+    if not isinstance(deals, list) or not deals:
+        raise _invalid("NO_PMP_DEALS", "imp[0].pmp.deals must hold at least one deal")
+    first = deals[0]
+    if not isinstance(first, dict):
+        raise _invalid("NO_PMP_DEALS", "imp[0].pmp.deals[0] must be a deal object")
+    deal = msgspec.convert(first, Deal)
+    if not _non_empty_string(deal.id):
+        raise _invalid("NO_PMP_DEALS", "imp[0].pmp.deals[0].id is required")
+    floor = _number(deal.bidfloor)
+    if floor is None or floor < 0:
+        raise _invalid(
+            "NO_PMP_DEALS", "imp[0].pmp.deals[0].bidfloor is required: a CPM in EUR, 0 or more"
+        )
+    return deal.id, floor
+
+
+def _audience(imp: Imp) -> Decimal:
+    """qty.multiplier when qty is sent (no fallback), else the legacy ext.totalaud."""
+    if imp.qty is not None:
+        audience = _number(imp.qty.multiplier)
+        source = "imp[0].qty.multiplier"
+    else:
+        audience = _number(imp.ext.totalaud) if imp.ext is not None else None
+        source = "imp[0].ext.totalaud"
+    if audience is None or audience <= 0:
+        raise _invalid(
+            "NO_TOTAL_AUDIENCE",
+            "An audience is required: imp[0].qty.multiplier (preferred) or imp[0].ext.totalaud, "
+            "a number greater than 0; when imp[0].qty is sent its multiplier is used, with no "
+            "fallback to ext.totalaud",
+            field=source,
+        )
+    return audience
