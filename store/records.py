@@ -135,6 +135,7 @@ class RecordWriter:
         batch_size: int = 500,
         block_ms: int = 200,
         claim_idle_ms: int = CLAIM_IDLE_MS,
+        reclaim_every_s: float = _RECLAIM_EVERY_S,
         metrics: WriterMetrics | None = None,
     ) -> None:
         self.redis = redis
@@ -143,6 +144,7 @@ class RecordWriter:
         self.batch_size = batch_size
         self.block_ms = block_ms
         self.claim_idle_ms = claim_idle_ms
+        self.reclaim_every_s = reclaim_every_s
         self.metrics = metrics
         self._next_reclaim = 0.0
         self._next_stats = 0.0
@@ -160,7 +162,7 @@ class RecordWriter:
             await ensure_groups(self.redis)
             self._groups_ready = True
         if time.monotonic() >= self._next_reclaim:
-            self._next_reclaim = time.monotonic() + _RECLAIM_EVERY_S
+            self._next_reclaim = time.monotonic() + self.reclaim_every_s
             claimed = await self.reclaim()
             if claimed:
                 return claimed

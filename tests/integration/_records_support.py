@@ -1,0 +1,223 @@
+"""Shared by the record writer tests: records made through the real Lua scripts, draining, and
+the checks every durability test ends with (exactly once, every campaign balances)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from redis.asyncio import Redis
+
+from matching.money import split_gross
+from matching.snapshot import CampaignInfo, Snapshot, build_snapshot
+from store.hot import QUEUE_GROUP, HotState, Reserved, queue_keys
+from store.postgres import Conn
+from store.records import RecordWriter, queue_stats
+from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING, basic_document, seed
+
+RATE = Decimal("0.15")
+PRICE = 2_500_000  # cpm 250 cents x audience 10 / 1000 = 2.5 cents a play
+ACCEPTED = 2_000_000
+RECORD_TABLES = (
+    "offers",
+    "deals",
+    "billing_records",
+    "rejections",
+    "playouts",
+    "loss_notices",
+    "tracking_events",
+)
+
+
+@dataclass
+class Expected:
+    """Rows the acknowledged operations must produce, counted from what was done."""
+
+    rows: Counter[str] = field(default_factory=Counter)
+    deals: list[str] = field(default_factory=list)
+    offers: list[str] = field(default_factory=list)
+
+    def merge(self, other: Expected) -> None:
+        self.rows.update(other.rows)
+        self.deals += other.deals
+        self.offers += other.offers
+
+
+async def prepare(redis: Redis, database_url: str) -> tuple[HotState, CampaignInfo]:
+    """Seed the basic inventory into Postgres and its budgets into Redis."""
+    doc = basic_document()
+    await seed(database_url, doc)
+    snap: Snapshot = build_snapshot(doc)
+    hot = HotState(redis)
+    await hot.sync_inventory(
+        {c.id: (c.shard, c.budget_micros) for c in snap.campaigns.values()}, snap.billing_codes
+    )
+    return hot, snap.campaigns[CAMPAIGN]
+
+
+def _fields(channel: str) -> dict[str, str]:
+    fields = {"channel": channel, "publisher": PUB, "creative": CREATIVE_VIDEO}
+    if channel == "openrtb":
+        fields |= {"auction_id": uuid.uuid4().hex, "imp_id": "1", "audience": "10"}
+    return fields
+
+
+async def _reserve(
+    hot: HotState, camp: CampaignInfo, channel: str, ttl: timedelta = timedelta(minutes=5)
+) -> str:
+    now = datetime.now(UTC)
+    made = await hot.reserve(camp, PRICE, SCREEN_MOVING, now, now + ttl, _fields(channel))
+    assert isinstance(made, Reserved), made
+    return made.offer_id
+
+
+def _billing(gross: int) -> dict[str, Any]:
+    net, commission = split_gross(gross, RATE)
+    return {
+        "billing_id": str(uuid.uuid4()),
+        "gross_micros": gross,
+        "commission_micros": commission,
+        "net_micros": net,
+        "commission_rate": str(RATE),
+    }
+
+
+def _tracking(event: str) -> dict[str, Any]:
+    return {
+        "event_id": str(uuid.uuid4()),
+        "event": event,
+        "ts": None,
+        "price": "0.025",
+        "aud": "10",
+    }
+
+
+async def core_accept_and_play(hot: HotState, camp: CampaignInfo) -> Expected:
+    offer_id = await _reserve(hot, camp, "core")
+    answered = await hot.respond(
+        offer_id, PUB, "accept", datetime.now(UTC), _billing(ACCEPTED), accepted_micros=ACCEPTED
+    )
+    deal_id = answered.offer["deal_id"]  # type: ignore[union-attr]
+    played = await hot.confirm_playout(
+        deal_id, PUB, datetime.now(UTC), {"played_at": None, "duration_seconds": 15}
+    )
+    assert played.status == "new"
+    rows = Counter(offers=1, deals=1, billing_records=1, playouts=1)
+    return Expected(rows, [deal_id], [offer_id])
+
+
+async def core_reject(hot: HotState, camp: CampaignInfo) -> Expected:
+    offer_id = await _reserve(hot, camp, "core")
+    await hot.respond(offer_id, PUB, "reject", datetime.now(UTC), {"rejection_reason": "full"})
+    return Expected(Counter(offers=1, rejections=1), [], [offer_id])
+
+
+async def core_open(hot: HotState, camp: CampaignInfo) -> Expected:
+    offer_id = await _reserve(hot, camp, "core")
+    return Expected(Counter(offers=1), [], [offer_id])
+
+
+async def openrtb_billed_then_lost(hot: HotState, camp: CampaignInfo) -> Expected:
+    offer_id = await _reserve(hot, camp, "openrtb")
+    now = datetime.now(UTC)
+    billed = await hot.track(offer_id, "impression", now, _tracking("impression"), _billing(PRICE))
+    assert billed == "billed"
+    await hot.track(offer_id, "complete", now, _tracking("complete"), _billing(PRICE))
+    await hot.loss(offer_id, now, {"reason": "102", "price": None, "aid": "a", "body": None})
+    rows = Counter(offers=1, billing_records=1, tracking_events=2, loss_notices=1)
+    return Expected(rows, [], [offer_id])
+
+
+async def openrtb_lost(hot: HotState, camp: CampaignInfo) -> Expected:
+    offer_id = await _reserve(hot, camp, "openrtb")
+    await hot.loss(offer_id, datetime.now(UTC), {"reason": "3", "price": "1.2", "body": {"x": 1}})
+    return Expected(Counter(offers=1, loss_notices=1), [], [offer_id])
+
+
+async def core_expired(hot: HotState, camp: CampaignInfo) -> Expected:
+    offer_id = await _reserve(hot, camp, "core", ttl=timedelta(milliseconds=1))
+    await asyncio.sleep(0.005)
+    await hot.expire_due(datetime.now(UTC))
+    return Expected(Counter(offers=1), [], [offer_id])
+
+
+MIX = (
+    core_accept_and_play,
+    core_reject,
+    core_open,
+    core_expired,
+    openrtb_billed_then_lost,
+    openrtb_lost,
+)
+
+
+async def make_records(hot: HotState, camp: CampaignInfo, rounds: int) -> Expected:
+    """`rounds` of every kind of operation, a few at a time, as acknowledged requests would."""
+    expected = Expected()
+    for _ in range(rounds):
+        for done in await asyncio.gather(*(op(hot, camp) for op in MIX)):
+            expected.merge(done)
+    return expected
+
+
+async def drain(writer: RecordWriter, redis: Redis, within: float = 20.0) -> None:
+    """Step the writer until every queue is empty and nothing is pending."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        await writer.step()
+        depth, _ = await queue_stats(redis)
+        if depth == 0:
+            return
+    raise AssertionError(f"queue not drained in {within}s: depth {await queue_stats(redis)}")
+
+
+async def pending_count(redis: Redis) -> int:
+    total = 0
+    for key in queue_keys():
+        info = await redis.xpending(key, QUEUE_GROUP)
+        total += int(info["pending"])
+    return total
+
+
+async def table_counts(conn: Conn) -> dict[str, int]:
+    return {t: int(await conn.fetchval(f"SELECT count(*) FROM {t}")) for t in RECORD_TABLES}
+
+
+async def assert_exactly_once(conn: Conn, expected: Expected) -> None:
+    """Every acknowledged record is in Postgres once: row counts equal what was done."""
+    counts = await table_counts(conn)
+    assert counts == {t: expected.rows.get(t, 0) for t in RECORD_TABLES}
+    stored = await conn.fetchval(
+        "SELECT count(*) FROM offers WHERE offer_id = ANY($1::uuid[])", expected.offers
+    )
+    assert stored == len(expected.offers)
+
+
+async def assert_balanced(redis: Redis, conn: Conn) -> None:
+    """budget = remaining + reserved + spent, where spent is what the billing records in
+    Postgres prove and reserved is the open offers' prices."""
+    budgets = await HotState(redis).read_budgets(datetime.now(UTC))
+    for cid, budget in budgets.items():
+        billed = await conn.fetchval(
+            "SELECT coalesce(sum(gross_price_cents), 0) FROM billing_records "
+            "WHERE campaign_id = $1",
+            cid,
+        )
+        open_sum = await conn.fetchval(
+            "SELECT coalesce(sum(bid_price_cents), 0) FROM offers "
+            "WHERE campaign_id = $1 AND status = 'open'",
+            cid,
+        )
+        total = await conn.fetchval("SELECT budget_cents FROM campaigns WHERE id = $1", cid)
+        spent, reserved = Decimal(budget.spent).scaleb(-6), Decimal(budget.reserved).scaleb(-6)
+        assert spent == billed, (cid, spent, billed)
+        assert reserved == open_sum, (cid, reserved, open_sum)
+        remaining = Decimal(budget.total - budget.reserved - budget.spent).scaleb(-6)
+        assert remaining >= 0
+        assert total == remaining + reserved + spent

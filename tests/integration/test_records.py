@@ -1,0 +1,218 @@
+"""The record writer against the session's real Redis and Postgres: every record type lands in
+its table exactly once, with exact money; duplicates, poison entries, missing parents and a
+failing Postgres are handled without losing or doubling anything."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from decimal import Decimal
+
+import asyncpg
+import pytest
+from redis.asyncio import Redis
+
+from bidder.observability import Metrics
+from store.hot import QUEUE_GROUP, queue_key, queue_keys
+from store.postgres import create_pool
+from store.records import RecordWriter, dead_letter_key, ensure_groups
+from tests.factories import CAMPAIGN, PUB, SCREEN_MOVING
+from tests.integration._records_support import (
+    Expected,
+    assert_balanced,
+    assert_exactly_once,
+    core_accept_and_play,
+    drain,
+    make_records,
+    pending_count,
+    prepare,
+)
+
+
+@pytest.fixture
+async def pool(migrated: str, clean: None) -> AsyncIterator[asyncpg.Pool]:
+    created = await create_pool(migrated, max_size=4)
+    yield created
+    await created.close()
+
+
+def _writer(redis: Redis, pool: asyncpg.Pool, metrics: Metrics, **kw: object) -> RecordWriter:
+    async def get_pool() -> asyncpg.Pool:
+        return pool
+
+    return RecordWriter(redis, get_pool, consumer="test-writer", metrics=metrics, **kw)  # type: ignore[arg-type]
+
+
+async def test_every_record_type_is_written_once_with_exact_money(
+    redis_client: Redis, pool: asyncpg.Pool, migrated: str
+) -> None:
+    hot, camp = await prepare(redis_client, migrated)
+    expected = await make_records(hot, camp, rounds=3)
+    metrics = Metrics()
+    writer = _writer(redis_client, pool, metrics)
+    await drain(writer, redis_client)
+
+    async with pool.acquire() as conn:
+        await assert_exactly_once(conn, expected)
+        await assert_balanced(redis_client, conn)
+        deal = await conn.fetchrow("SELECT * FROM deals LIMIT 1")
+        # accepted at 2.0 cents, commission 15 %: 0.3, net 1.7 (decisions section 1)
+        assert deal["gross_price_cents"] == Decimal("2")
+        assert deal["commission_cents"] == Decimal("0.3")
+        assert deal["net_price_cents"] == Decimal("1.7")
+        billing = await conn.fetchrow(
+            "SELECT * FROM billing_records WHERE source = 'core_accept' LIMIT 1"
+        )
+        assert billing["billing_code"] == "BILL-FIZZY-METRO"
+        assert billing["deal_id"] is not None
+        statuses = dict(await conn.fetch("SELECT status, count(*) FROM offers GROUP BY status"))
+        assert statuses == {
+            "accepted": 3,
+            "rejected": 3,
+            "open": 3,
+            "expired": 3,
+            "billed": 3,
+            "lost": 3,
+        }
+        assert await conn.fetchval("SELECT bool_and(bid_price_cents = 2.5) FROM offers")
+        reasons = await conn.fetch("SELECT reason FROM rejections")
+        assert {r["reason"] for r in reasons} == {"full"}
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM offers "
+                "WHERE status = 'rejected' AND rejection_reason = 'full'"
+            )
+            == 3
+        )
+        losses = await conn.fetch("SELECT * FROM loss_notices ORDER BY after_billing")
+        assert [(r["after_billing"], r["released_cents"]) for r in losses] == [
+            (False, Decimal("2.5")),
+            (False, Decimal("2.5")),
+            (False, Decimal("2.5")),
+            (True, Decimal("0")),
+            (True, Decimal("0")),
+            (True, Decimal("0")),
+        ]
+        assert await conn.fetchval("SELECT count(*) FROM tracking_events WHERE billed") == 3
+        auction = await conn.fetchval(
+            "SELECT count(*) FROM offers WHERE channel = 'openrtb' AND auction_id IS NOT NULL"
+        )
+        assert auction == 6
+    # per round: 3 + 2 + 1 + 2 + 5 + 2 records (see _records_support.MIX)
+    assert metrics.records_written._value.get() == 3 * 15
+    assert await pending_count(redis_client) == 0
+
+
+async def test_the_same_entry_delivered_twice_makes_one_row(
+    redis_client: Redis, pool: asyncpg.Pool, migrated: str
+) -> None:
+    hot, camp = await prepare(redis_client, migrated)
+    expected = await make_records(hot, camp, rounds=2)
+    copies = []
+    for key in queue_keys():
+        copies += [(key, fields) for _, fields in await redis_client.xrange(key)]
+    writer = _writer(redis_client, pool, Metrics())
+    batch = await writer.read_batch()
+    await writer.process(batch)
+    await writer.process(batch)  # a second delivery of the very same entries
+    for key, fields in copies:  # and the same records enqueued again under new ids
+        await redis_client.xadd(key, fields)
+    await drain(writer, redis_client)
+    async with pool.acquire() as conn:
+        await assert_exactly_once(conn, expected)
+        await assert_balanced(redis_client, conn)
+
+
+async def test_poison_entries_go_to_the_dead_letter_stream_and_the_rest_is_written(
+    redis_client: Redis, pool: asyncpg.Pool, migrated: str
+) -> None:
+    hot, camp = await prepare(redis_client, migrated)
+    await ensure_groups(redis_client)
+    expected = await make_records(hot, camp, rounds=1)
+    shard = camp.shard
+    await redis_client.xadd(queue_key(shard), {"t": "offer_created", "o": "{not json"})
+    # Decodes, but Postgres refuses it for good: a rejection reason over 500 characters.
+    good = await redis_client.xrange(queue_key(shard), count=1)
+    fields = {k.decode(): v.decode() for k, v in good[0][1].items()}
+    poisoned = fields["o"].replace('"status":"open"', '"status":"rejected","resolved_ms":"1"')
+    await redis_client.xadd(
+        queue_key(shard),
+        {"t": "offer_rejected", "o": poisoned, "p": '{"rejection_reason": "' + "x" * 501 + '"}'},
+    )
+    expected.merge(await core_accept_and_play(hot, camp))
+    metrics = Metrics()
+    writer = _writer(redis_client, pool, metrics)
+    await drain(writer, redis_client)
+
+    dead = await redis_client.xrange(dead_letter_key(shard))
+    assert len(dead) == 2
+    errors = sorted(entry[b"error"].decode() for _, entry in dead)
+    assert errors[0].startswith("CheckViolationError")
+    assert errors[1].startswith("RecordError")
+    assert {entry[b"src_stream"] for _, entry in dead} == {queue_key(shard).encode()}
+    assert metrics.records_dead_lettered._value.get() == 2
+    async with pool.acquire() as conn:
+        await assert_exactly_once(conn, expected)
+        await assert_balanced(redis_client, conn)
+    assert await pending_count(redis_client) == 0
+
+
+async def test_a_playout_whose_deal_is_not_written_yet_waits_instead_of_dying(
+    redis_client: Redis, pool: asyncpg.Pool, migrated: str
+) -> None:
+    hot, camp = await prepare(redis_client, migrated)
+    expected = await core_accept_and_play(hot, camp)
+    writer = _writer(redis_client, pool, Metrics(), claim_idle_ms=50, reclaim_every_s=0.1)
+    batch = await writer.read_batch()
+    playout = [e for e in batch if e.kind == "playout_confirmed"]
+    assert len(playout) == 1
+    await writer.write_until_done(playout)  # its deal is held by "another writer"
+    assert await pending_count(redis_client) == 3
+    assert await redis_client.xlen(dead_letter_key(camp.shard)) == 0
+    await writer.write_until_done([e for e in batch if e.kind != "playout_confirmed"])
+    await drain(writer, redis_client)  # the playout comes back through reclaim
+    async with pool.acquire() as conn:
+        await assert_exactly_once(conn, expected)
+    assert await redis_client.xlen(dead_letter_key(camp.shard)) == 0
+
+
+async def test_postgres_failures_keep_the_batch_pending_until_it_is_written(
+    redis_client: Redis, pool: asyncpg.Pool, migrated: str
+) -> None:
+    hot, camp = await prepare(redis_client, migrated)
+    expected = await make_records(hot, camp, rounds=1)
+    failures = 4
+
+    async def flaky_pool() -> asyncpg.Pool:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            # While it fails, nothing is acknowledged: every record is still in the queue.
+            assert await pending_count(redis_client) == 15
+            raise ConnectionRefusedError("postgres down")
+        return pool
+
+    metrics = Metrics()
+    writer = RecordWriter(redis_client, flaky_pool, consumer="flaky", metrics=metrics)
+    await drain(writer, redis_client)
+    assert failures == 0
+    assert metrics.record_write_failures.labels("postgres")._value.get() == 4
+    async with pool.acquire() as conn:
+        await assert_exactly_once(conn, expected)
+        await assert_balanced(redis_client, conn)
+
+
+async def test_groups_are_created_on_every_shard(redis_client: Redis) -> None:
+    await ensure_groups(redis_client)
+    await ensure_groups(redis_client)  # BUSYGROUP is fine
+    for key in queue_keys():
+        groups = await redis_client.xinfo_groups(key)
+        assert [g["name"] for g in groups] == [QUEUE_GROUP.encode()]
+
+
+def test_fixture_ids_are_what_the_helpers_assume() -> None:
+    assert (CAMPAIGN, PUB, SCREEN_MOVING) == (
+        "00000004-0000-4000-8000-000000000001",
+        "00000001-0000-4000-8000-000000000001",
+        "00000003-0000-4000-8000-000000000001",
+    )
+    assert Expected().rows.total() == 0
