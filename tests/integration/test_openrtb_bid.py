@@ -1,0 +1,399 @@
+"""POST /functions/v1/openrtb-2-6/bid: the BidResponse to the letter of the contract table, the
+outcomes (bid, 204, nbr 0, nbr 1), the minimum bid and the deprecation headers.
+
+Expected values come from the contract and decisions: price = cpm x audience / 1000 cents, sent
+as EUR; the minimum bid is bidfloor x audience / 10 cents rounded up to a whole cent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import jsonschema
+import pytest
+import xmlschema
+from redis.asyncio import Redis
+from referencing import Registry, Resource
+
+from bidder.runtime import utcnow
+from bidder.settings import Settings
+from bidder.signing import verify
+from store.hot import HotState, connect, queue_keys
+from tests import factories as f
+from tests.integration._core_helpers import Live, live_app
+
+BID = "/functions/v1/openrtb-2-6/bid"
+ROOT = "/functions/v1/openrtb-2-6/"
+SCHEMA_DIR = Path("/work/shared/reference/openrtb/jsonschema-2.6")
+VAST_XSD = Path("/work/shared/reference/vast/vast_4.0.xsd")
+NS = {"v": "http://www.iab.com/VAST"}
+MIGRATION_GUIDE = "http://testserver.local/docs/migration-openrtb-to-core"
+
+
+def bid_request(**imp_overrides: Any) -> dict[str, Any]:
+    """A valid BidRequest for the seeded moving screen (1920x1080, video/mp4)."""
+    imp: dict[str, Any] = {
+        "id": "imp-1",
+        "tagid": "ext-moving-1",
+        "video": {"w": 1920, "h": 1080, "mimes": ["video/mp4", "image/jpeg"]},
+        "pmp": {"deals": [{"id": "deal-7", "bidfloor": 1.00, "at": 3}]},
+        "qty": {"multiplier": 119.47, "sourcetype": 1, "vendor": "route.org.uk"},
+    }
+    imp.update(imp_overrides)
+    return {"id": "auction-42", "at": 3, "imp": [imp]}
+
+
+@pytest.fixture
+async def live(settings: Settings, clean: None) -> AsyncIterator[Live]:
+    """The app on the test's own loop (requests really interleave; the runtime is reachable)."""
+    async with live_app(settings) as running:
+        yield running
+
+
+async def seeded(live: Live, **lists: Any) -> dict[str, str]:
+    """Seed the basic inventory (or with `lists` replaced); headers with a key of PUB."""
+    await f.seed(live.database_url, f.basic_document(**lists))
+    key = await f.make_key(live.database_url)
+    await live.rt.reload_inventory()
+    return {"Authorization": f"Bearer {key}"}
+
+
+def assert_deprecated(response: httpx.Response) -> None:
+    assert response.headers["Deprecation"] == "true"
+    assert response.headers["Link"] == f'<{MIGRATION_GUIDE}>; rel="deprecation"'
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert_deprecated(response)
+    body: dict[str, Any] = response.json()
+    assert set(body) == {
+        "error",
+        "message",
+        "details",
+        "deprecated",
+        "deprecation_message",
+        "documentation",
+        "migration_guide",
+    }
+    assert body["error"] == code
+    assert body["deprecated"] is True
+    assert body["migration_guide"] == MIGRATION_GUIDE
+    return body
+
+
+def _registry() -> Registry:
+    resources = []
+    for path in SCHEMA_DIR.glob("*.json"):
+        contents = json.loads(path.read_text())
+        if "$id" in contents:
+            resources.append((contents["$id"], Resource.from_contents(contents)))
+    return Registry().with_resources(resources)
+
+
+_REGISTRY = _registry()
+_VAST = xmlschema.XMLSchema(str(VAST_XSD))
+
+
+def validate_bid_response(body: dict[str, Any]) -> None:
+    """Against the IAB OpenRTB 2.6 JSON schema, and every adm against the VAST 4.0 XSD
+    (without `Expires`, decisions 6a)."""
+    schema = json.loads((SCHEMA_DIR / "BidResponse.json").read_text())
+    jsonschema.Draft202012Validator(schema, registry=_REGISTRY).validate(body)
+    for seat in body.get("seatbid", []):
+        for bid in seat["bid"]:
+            validate_vast(bid["adm"])
+
+
+def validate_vast(adm: str) -> ET.Element:
+    root = ET.fromstring(adm)
+    inline = root.find("v:Ad/v:InLine", NS)
+    assert inline is not None
+    expires = inline.find("v:Expires", NS)
+    assert expires is not None
+    inline.remove(expires)
+    _VAST.validate(ET.tostring(root, encoding="unicode"))
+    return ET.fromstring(adm)
+
+
+def query_of(url: str) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlsplit(url).query, keep_blank_values=True).items()}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def queue_records(redis: Redis, kind: str | None = None) -> list[dict[str, Any]]:
+    """Every record in the shard queues (type t, offer o, payload p, script extra x)."""
+    records: list[dict[str, Any]] = []
+    for key in queue_keys():
+        entries: list[tuple[Any, dict[Any, Any]]] = await redis.xrange(key)  # type: ignore[assignment]
+        for _, fields in entries:
+            entry = {_text(k): _text(v) for k, v in fields.items()}
+            record: dict[str, Any] = {
+                "t": entry["t"],
+                **{name: json.loads(entry[name]) for name in ("o", "p", "x") if name in entry},
+            }
+            if kind is None or record["t"] == kind:
+                records.append(record)
+    return records
+
+
+async def post_bid(
+    live: Live, headers: dict[str, str], body: Any, path: str = BID
+) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return await live.client.post(
+        path, content=content, headers={**headers, "Content-Type": "application/json"}
+    )
+
+
+# -- the bid ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [BID, ROOT])
+async def test_bid_response_is_exactly_the_contract_table(
+    live: Live, settings: Settings, path: str
+) -> None:
+    headers = await seeded(live)
+    response = await post_bid(live, headers, bid_request(), path)
+
+    assert response.status_code == 200, response.text
+    assert_deprecated(response)
+    body = response.json()
+    validate_bid_response(body)
+    assert set(body) == {"id", "seatbid", "bidid", "cur", "ext"}
+    assert body["id"] == "auction-42"
+    assert body["cur"] == "EUR"
+    uuid.UUID(body["bidid"])
+    assert body["ext"]["platform"]["deprecated"] is True
+    assert body["ext"]["platform"]["migration_guide"] == MIGRATION_GUIDE
+    assert body["ext"]["platform"]["deprecation_message"]
+    assert len(body["seatbid"]) == 1
+    assert len(body["seatbid"][0]["bid"]) == 1
+    bid = body["seatbid"][0]["bid"][0]
+    assert "nurl" not in bid
+    assert "burl" not in bid
+    uuid.UUID(bid["id"])
+    assert bid["id"] != body["bidid"]
+    assert bid["impid"] == "imp-1"
+    # 250 cents CPM x 119.47 / 1000 = 29.8675 cents per play = 0.298675 EUR
+    assert Decimal(str(bid["price"])) == Decimal("0.298675")
+    offer_id = bid["adid"]
+    uuid.UUID(offer_id)
+    assert bid["cid"] == offer_id
+    assert bid["crid"] == offer_id
+    assert bid["adomain"] == ["fizzy.example"]
+    assert bid["dealid"] == "deal-7"
+    assert (bid["w"], bid["h"]) == (1920, 1080)
+
+    lurl = bid["lurl"]
+    assert lurl.startswith(f"http://testserver.local/functions/v1/openrtb-2-6/loss/{offer_id}?")
+    for macro in (
+        "reason=${AUCTION_LOSS}",
+        "price=${AUCTION_PRICE}",
+        "cur=${AUCTION_CURRENCY}",
+        "mtw=${AUCTION_MIN_TO_WIN}",
+        "aid=${AUCTION_ID}",
+    ):
+        assert macro in lurl
+    assert "${TOTAL_IMP}" not in lurl
+    params = query_of(lurl)
+    assert params["pub"] == f.PUB
+    assert params["scr"] == f.SCREEN_MOVING
+    assert abs(int(params["ts"]) - time.time() * 1000) < 60_000
+    assert verify(settings.signing_secrets, urlsplit(lurl).path, params, ("pub", "scr", "ts"))
+
+    vast = validate_vast(bid["adm"])
+    ad = vast.find("v:Ad", NS)
+    assert ad is not None
+    assert ad.get("id") == offer_id
+    media = vast.find(".//v:MediaFile", NS)
+    assert media is not None
+    assert (media.get("width"), media.get("height")) == ("1920", "1080")
+    assert media.get("type") == "video/mp4"
+    assert media.text == "https://cdn.example/summer.mp4"
+    assert vast.findtext(".//v:Duration", namespaces=NS) == "00:00:15"
+    assert vast.findtext(".//v:Expires", namespaces=NS) in {
+        str(settings.offer_ttl_seconds),
+        str(settings.offer_ttl_seconds - 1),
+    }
+    assert vast.findtext(".//v:Extension/v:BillingCode", namespaces=NS) == "BILL-FIZZY-METRO"
+    assert vast.findtext(".//v:Extension/v:BidPriceCents", namespaces=NS) == "29.8675"
+    urls = [vast.findtext(".//v:Impression", namespaces=NS) or ""]
+    urls += [t.text or "" for t in vast.findall(".//v:Tracking", NS)]
+    assert [query_of(u)["event"] for u in urls] == [
+        "impression",
+        "start",
+        "firstQuartile",
+        "midpoint",
+        "thirdQuartile",
+        "complete",
+    ]
+    for url in urls:
+        assert url.startswith("http://testserver.local/functions/v1/track?")
+        assert "price=${AUCTION_PRICE}" in url
+        assert "aud=${TOTAL_IMP}" in url
+        assert query_of(url)["offer_id"] == offer_id
+
+    # The bid reserved its price.
+    budget = (await live.rt.hot.read_budgets(utcnow()))[f.CAMPAIGN]
+    assert budget.reserved == 29_867_500
+    created = await queue_records(live.rt.redis, "offer_created")
+    assert len(created) == 1
+    assert created[0]["o"]["channel"] == "openrtb"
+    assert created[0]["p"]["auction_id"] == "auction-42"
+    assert created[0]["p"]["pmp_deal_id"] == "deal-7"
+    assert Decimal(created[0]["p"]["audience"]) == Decimal("119.47")
+
+
+async def test_legacy_totalaud_prices_like_qty(live: Live) -> None:
+    headers = await seeded(live)
+    request = bid_request(ext={"totalaud": 40})
+    del request["imp"][0]["qty"]
+    response = await post_bid(live, headers, request)
+    assert response.status_code == 200, response.text
+    # 250 x 40 / 1000 = 10 cents = 0.1 EUR
+    assert Decimal(str(response.json()["seatbid"][0]["bid"][0]["price"])) == Decimal("0.1")
+
+
+async def test_qty_multiplier_wins_over_totalaud(live: Live) -> None:
+    headers = await seeded(live)
+    response = await post_bid(
+        live, headers, bid_request(qty={"multiplier": 20}, ext={"totalaud": 40})
+    )
+    assert response.status_code == 200, response.text
+    assert Decimal(str(response.json()["seatbid"][0]["bid"][0]["price"])) == Decimal("0.05")
+
+
+@pytest.mark.parametrize(
+    ("cpm_cents", "status"),
+    [("250", 204), ("251.1", 204), ("251.12", 200)],
+)
+async def test_floor_of_30_cents(live: Live, cpm_cents: str, status: int) -> None:
+    """Floor 2.50 EUR CPM x 119.47 audience / 10 = 29.8675 cents, rounded up: 30 cents.
+    250 CPM pays 29.8675 (204); 251.1 pays 29.9989 (204); 251.12 pays 30.0011 (bid)."""
+    headers = await seeded(live, campaigns=[f.campaign(cpm_cents=Decimal(cpm_cents))])
+    request = bid_request(pmp={"deals": [{"id": "deal-7", "bidfloor": 2.50, "at": 3}]})
+    response = await post_bid(live, headers, request)
+    assert response.status_code == status, response.text
+    assert_deprecated(response)
+    if status == 204:
+        assert response.content == b""
+
+
+# -- outcomes --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Bearer dk_stg_not-a-key", "Basic abc", "Bearer ", "dk_stg_x"],
+)
+async def test_missing_or_invalid_key_is_401(live: Live, authorization: str | None) -> None:
+    await seeded(live)
+    headers = {} if authorization is None else {"Authorization": authorization}
+    response = await post_bid(live, headers, bid_request())
+    assert_error(response, 401, "INVALID_API_KEY")
+
+
+async def test_other_environment_key_is_401(live: Live) -> None:
+    await seeded(live)
+    key = await f.make_key(live.database_url, prefix="dk_live_")
+    await live.rt.reload_inventory()
+    response = await post_bid(live, {"Authorization": f"Bearer {key}"}, bid_request())
+    assert_error(response, 401, "INVALID_API_KEY")
+
+
+async def test_resolution_mismatch_is_200_nbr_0(live: Live) -> None:
+    headers = await seeded(live)
+    response = await post_bid(live, headers, bid_request(video={"w": 1280, "h": 720}))
+    assert response.status_code == 200
+    assert_deprecated(response)
+    assert response.json() == {"id": "auction-42", "seatbid": [], "nbr": 0, "cur": "EUR"}
+    validate_bid_response(response.json())
+
+
+@pytest.mark.parametrize(
+    ("imp", "reason"),
+    [
+        ({"tagid": "no-such-screen"}, "unknown tagid"),
+        ({"video": {"w": 1920, "h": 1080, "mimes": ["video/webm"]}}, "MIME type not allowed"),
+        ({"tagid": "ext-static-1", "video": {"w": 1920, "h": 1080}}, "only video fits, static"),
+    ],
+)
+async def test_no_bid_is_204_without_body(live: Live, imp: dict[str, Any], reason: str) -> None:
+    # The static screen takes images only; drop the image creative so nothing fits its type.
+    headers = await seeded(live, creatives=[f.creative()])
+    response = await post_bid(live, headers, bid_request(**imp))
+    assert response.status_code == 204, reason
+    assert response.content == b""
+    assert_deprecated(response)
+
+
+async def test_another_publishers_tagid_is_204(live: Live) -> None:
+    """A tagid the key's publisher does not have is unknown, even if another publisher has it."""
+    headers = await seeded(
+        live,
+        screens=[f.screen(id=f.SCREEN_OTHER_PUB, publisher_id=f.PUB_OTHER, external_id="theirs")],
+    )
+    response = await post_bid(live, headers, bid_request(tagid="theirs"))
+    assert response.status_code == 204
+
+
+async def test_image_creative_on_a_static_screen(live: Live) -> None:
+    headers = await seeded(live)
+    response = await post_bid(
+        live,
+        headers,
+        bid_request(tagid="ext-static-1", video={"w": 1920, "h": 1080, "mimes": ["image/jpeg"]}),
+    )
+    assert response.status_code == 200, response.text
+    vast = validate_vast(response.json()["seatbid"][0]["bid"][0]["adm"])
+    media = vast.find(".//v:MediaFile", NS)
+    assert media is not None
+    assert media.get("type") == "image/jpeg"
+
+
+async def test_redis_down_is_200_nbr_1_at_once(live: Live) -> None:
+    headers = await seeded(live)
+    dead = connect("redis://127.0.0.1:1/0", timeout=0.2)
+    real = live.rt.hot
+    live.rt.hot = HotState(dead)
+    try:
+        started = time.monotonic()
+        response = await post_bid(live, headers, bid_request())
+        elapsed = time.monotonic() - started
+    finally:
+        live.rt.hot = real
+        await dead.aclose()
+    assert response.status_code == 200
+    assert_deprecated(response)
+    assert response.json() == {"id": "auction-42", "seatbid": [], "nbr": 1, "cur": "EUR"}
+    assert elapsed < 1.5
+    # And it recovers by itself.
+    assert (await post_bid(live, headers, bid_request())).status_code == 200
+
+
+async def test_metrics_count_bids_and_no_bids(live: Live) -> None:
+    headers = await seeded(live)
+    await post_bid(live, headers, bid_request())
+    await post_bid(live, headers, bid_request(tagid="nope"))
+    metrics = (await live.client.get("/metrics")).text
+    assert "openrtb_bids_total 1.0" in metrics
+    assert 'openrtb_no_bids_total{reason="unknown_screen"} 1.0' in metrics
+
+
+async def test_malformed_json_is_invalid_request(live: Live) -> None:
+    headers = await seeded(live)
+    response = await post_bid(live, headers, b'{"id": "x", "imp": [')
+    assert_error(response, 400, "INVALID_REQUEST")
