@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from decimal import Decimal
+from typing import Any
 
 import asyncpg
 import pytest
@@ -54,17 +55,18 @@ async def test_every_record_type_is_written_once_with_exact_money(
     async with pool.acquire() as conn:
         await assert_exactly_once(conn, expected)
         await assert_balanced(redis_client, conn)
-        deal = await conn.fetchrow("SELECT * FROM deals LIMIT 1")
+        deal: Any = await conn.fetchrow("SELECT * FROM deals LIMIT 1")
         # accepted at 2.0 cents, commission 15 %: 0.3, net 1.7 (decisions section 1)
         assert deal["gross_price_cents"] == Decimal("2")
         assert deal["commission_cents"] == Decimal("0.3")
         assert deal["net_price_cents"] == Decimal("1.7")
-        billing = await conn.fetchrow(
+        billing: Any = await conn.fetchrow(
             "SELECT * FROM billing_records WHERE source = 'core_accept' LIMIT 1"
         )
         assert billing["billing_code"] == "BILL-FIZZY-METRO"
         assert billing["deal_id"] is not None
-        statuses = dict(await conn.fetch("SELECT status, count(*) FROM offers GROUP BY status"))
+        rows = await conn.fetch("SELECT status, count(*) AS n FROM offers GROUP BY status")
+        statuses = {r["status"]: r["n"] for r in rows}
         assert statuses == {
             "accepted": 3,
             "rejected": 3,
@@ -107,9 +109,10 @@ async def test_the_same_entry_delivered_twice_makes_one_row(
 ) -> None:
     hot, camp = await prepare(redis_client, migrated)
     expected = await make_records(hot, camp, rounds=2)
-    copies = []
+    copies: list[Any] = []
     for key in queue_keys():
-        copies += [(key, fields) for _, fields in await redis_client.xrange(key)]
+        entries: Any = await redis_client.xrange(key)
+        copies += [(key, fields) for _, fields in entries]
     writer = _writer(redis_client, pool, Metrics())
     batch = await writer.read_batch()
     await writer.process(batch)
@@ -131,7 +134,7 @@ async def test_poison_entries_go_to_the_dead_letter_stream_and_the_rest_is_writt
     shard = camp.shard
     await redis_client.xadd(queue_key(shard), {"t": "offer_created", "o": "{not json"})
     # Decodes, but Postgres refuses it for good: a rejection reason over 500 characters.
-    good = await redis_client.xrange(queue_key(shard), count=1)
+    good: Any = await redis_client.xrange(queue_key(shard), count=1)
     fields = {k.decode(): v.decode() for k, v in good[0][1].items()}
     poisoned = fields["o"].replace('"status":"open"', '"status":"rejected","resolved_ms":"1"')
     await redis_client.xadd(
@@ -143,7 +146,7 @@ async def test_poison_entries_go_to_the_dead_letter_stream_and_the_rest_is_writt
     writer = _writer(redis_client, pool, metrics)
     await drain(writer, redis_client)
 
-    dead = await redis_client.xrange(dead_letter_key(shard))
+    dead: Any = await redis_client.xrange(dead_letter_key(shard))
     assert len(dead) == 2
     errors = sorted(entry[b"error"].decode() for _, entry in dead)
     assert errors[0].startswith("CheckViolationError")
