@@ -1,0 +1,512 @@
+"""`python -m bench` / `bidder bench`: seed, serve, load, check, report (issue 6).
+
+Phases, one at a time (the machine has two cores: the worker on CPU 0, the load on CPU 1):
+
+1. Redis + Postgres (.run/bench, or REDIS_URL / DATABASE_URL), the full inventory seeded,
+   one API key per publisher, one granian worker pinned to CPU 0.
+2. wrk peak runs: /healthz (the ceiling), offer request, bid (harvesting the `lurl`s), an
+   offer pool made by offer requests (one wrk thread per publisher, so each offer's key is
+   known), accept (each pooled offer accepted once), loss notice (the harvested `lurl`s).
+3. wrk paced runs at half of the offer request's and the bid's peak.
+4. Locust: publisher flow, SSP flow, demo traffic and bad input, every answer checked.
+5. Worker RSS; invariants once the record queue has drained.
+6. The small variant (20 campaigns, same screens) in its own database: bid peak and bid paced
+   at the same rate as the full inventory's paced bid, to compare p50.
+7. bench/results/<date>-<name>.md and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import asyncpg
+from redis.asyncio import Redis
+
+from bench import invariants, report, seed, server, throughput, workload
+from bench.throughput import WrkResult, WrkRun
+from matching.inventory import InventoryDocument
+from store.hot import connect
+
+ROOT = Path(".run/bench")
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class BenchConfig:
+    name: str = "bench"
+    quick: bool = False
+    skip_wrk: bool = False
+    skip_locust: bool = False
+    skip_small: bool = False
+    wrk_seconds: float = 10.0
+    locust_seconds: int = 30
+    locust_users: int = 40
+    root: Path = ROOT
+    results: Path = report.RESULTS_DIR
+    command: str = "python -m bench"
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> BenchConfig:
+        cfg = cls(
+            name=args.name or ("quick" if args.quick else "full"),
+            quick=args.quick,
+            skip_wrk=args.skip_wrk,
+            skip_locust=args.skip_locust,
+            skip_small=args.skip_small,
+            root=Path(args.root),
+            results=Path(args.results),
+            command=args.command_line,
+        )
+        if args.quick:
+            cfg.wrk_seconds, cfg.locust_seconds, cfg.locust_users = 3.0, 8, 20
+        if args.wrk_seconds:
+            cfg.wrk_seconds = args.wrk_seconds
+        if args.locust_seconds:
+            cfg.locust_seconds = args.locust_seconds
+        return cfg
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="a short smoke run (~1 min)")
+    parser.add_argument("--skip-wrk", action="store_true", help="no throughput runs")
+    parser.add_argument("--skip-locust", action="store_true", help="no Locust scenarios")
+    parser.add_argument("--skip-small", action="store_true", help="no 20-campaign comparison")
+    parser.add_argument("--name", default="", help="report name (default: full or quick)")
+    parser.add_argument("--wrk-seconds", type=float, default=0.0, help="seconds per wrk run")
+    parser.add_argument("--locust-seconds", type=int, default=0, help="Locust run time")
+    parser.add_argument("--root", default=str(ROOT), help="working folder (servers, data)")
+    parser.add_argument("--results", default=str(report.RESULTS_DIR), help="report folder")
+
+
+@dataclass
+class Outcome:
+    """Everything measured, gathered for the report and the invariants."""
+
+    peak: dict[str, WrkResult] = field(default_factory=dict)
+    paced: dict[str, WrkResult] = field(default_factory=dict)
+    seen: invariants.Acknowledged = field(default_factory=invariants.Acknowledged)
+    locust_rows: list[report.LocustRow] = field(default_factory=list)
+    locust_summary: str = ""
+    notes: list[str] = field(default_factory=list)
+    settings: dict[str, str] = field(default_factory=dict)
+    rss_kib: tuple[int, int] | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+def log(message: str) -> None:
+    print(f"[bench {datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
+
+
+class Throughput:
+    """The wrk phases against one worker."""
+
+    def __init__(self, cfg: BenchConfig, base_url: str, data: Path, outcome: Outcome) -> None:
+        self.cfg = cfg
+        self.base_url = base_url
+        self.data = data
+        self.outcome = outcome
+
+    def run(self, spec: WrkRun) -> WrkResult:
+        log(f"wrk {spec.name}: {spec.seconds:g} s, {spec.connections} connections")
+        result = throughput.run_wrk(spec, self.base_url, self.data / "logs")
+        log(
+            f"  {result.rps:,.0f} req/s, p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms, "
+            f"answers {result.statuses}"
+        )
+        self.outcome.seen.server_errors += result.server_errors
+        return result
+
+    def peaks(self, targets: list[workload.Target]) -> None:
+        seconds, out = self.cfg.wrk_seconds, self.outcome
+        files = self.data
+        throughput.write_requests(files / "healthz.tsv", workload.healthz_lines())
+        throughput.write_requests(
+            files / "offer.tsv", workload.offer_request_lines(targets, 20_000, seed=1)
+        )
+        throughput.write_requests(files / "bid.tsv", workload.bid_lines(targets, 5_000, seed=2))
+        out.peak["healthz"] = self.run(
+            WrkRun("healthz", "healthz.lua", files / "healthz.tsv", seconds)
+        )
+        out.peak["offer_request"] = self.run(
+            WrkRun("offer_request", "offer_request.lua", files / "offer.tsv", seconds)
+        )
+        lurls = files / "lurls.txt"
+        out.peak["bid"] = self.run(
+            WrkRun("bid", "bid.lua", files / "bid.tsv", seconds, harvest="lurl", out=lurls)
+        )
+        self.accept(targets)
+        loss = workload.loss_lines(lurls)
+        if loss:
+            throughput.write_requests(files / "loss.tsv", loss)
+            result = self.run(WrkRun("loss", "loss.lua", files / "loss.tsv", seconds))
+            out.peak["loss"] = result
+            if result.requests > len(loss):
+                out.notes.append(
+                    f"Loss notices: {len(loss):,} distinct lurls from the bid run, "
+                    f"{result.requests:,} notices sent: {result.requests - len(loss):,} were "
+                    "retries of a notice already counted (the cheaper retry path)."
+                )
+        else:
+            out.notes.append("Loss notice not measured: the bid run returned no lurl.")
+
+    def accept(self, targets: list[workload.Target]) -> None:
+        """Pool of fresh offers (one wrk thread per publisher), then one accept per offer."""
+        seconds, out, files = self.cfg.wrk_seconds, self.outcome, self.data
+        offer_rps = max(out.peak["offer_request"].rps, 200.0)
+        wanted = int(min(offer_rps * 2 * seconds, 120_000))
+        publishers = len({t.publisher_id for t in targets})
+        pattern, threads = workload.pool_prep_files(
+            files / "prep", targets, per_publisher=max(200, wanted // publishers + 50), seed=3
+        )
+        pool = files / "pool.txt"
+        prep_seconds = math.ceil(wanted / offer_rps * 1.3) + 2
+        log(f"offer pool for accept: {wanted:,} offers, up to {prep_seconds} s")
+        self.run(
+            WrkRun(
+                "offer_pool",
+                "offer_request.lua",
+                Path(pattern),
+                prep_seconds,
+                connections=threads,
+                threads=threads,
+                harvest="offer",
+                quota=math.ceil(wanted / threads),
+                out=pool,
+            )
+        )
+        accepts = workload.accept_lines(pool)
+        out.seen.pool_offer_ids = {line.path.rsplit("/", 1)[1] for line in accepts}
+        if not accepts:
+            out.notes.append("Accept not measured: the offer pool is empty.")
+            return
+        throughput.write_requests(files / "accept.tsv", accepts)
+        deals = files / "deals.txt"
+        result = self.run(
+            WrkRun(
+                "accept",
+                "accept.lua",
+                files / "accept.tsv",
+                seconds,
+                harvest="deal",
+                once=True,
+                out=deals,
+            )
+        )
+        out.peak["accept"] = result
+        out.seen.deal_ids |= set(deals.read_text().split())
+        out.seen.cutoff_allowance += result.connections
+        out.settings["accept pool"] = f"{len(accepts):,} fresh offers, each accepted once"
+        if result.exhausted:
+            out.notes.append(
+                f"The accept pool ({len(accepts):,} offers) ran out before the run ended: the "
+                "accept req/s is a lower bound."
+            )
+
+    def paced(self, targets: list[workload.Target]) -> None:
+        seconds, out, files = self.cfg.wrk_seconds, self.outcome, self.data
+        for key, peak_key, script, data in (
+            ("offer_request_half", "offer_request", "offer_request.lua", "offer.tsv"),
+            ("bid_half", "bid", "bid.lua", "bid.tsv"),
+        ):
+            peak = out.peak.get(peak_key)
+            if peak is None or peak.rps <= 0:
+                continue
+            target = peak.rps / 2
+            out.paced[key] = self.run(
+                WrkRun(
+                    key,
+                    script,
+                    files / data,
+                    seconds,
+                    connections=throughput.PACED_CONNECTIONS,
+                    delay_ms=throughput.paced_delay_ms(target),
+                    target_rps=target,
+                )
+            )
+
+
+def run_locust(
+    cfg: BenchConfig,
+    base_url: str,
+    data: Path,
+    keys: dict[str, str],
+    targets: list[workload.Target],
+    outcome: Outcome,
+) -> None:
+    """Locust headless on CPU 1 with fixed users and time; its CSV and outcome file are read
+    back into the report and the invariants."""
+    data_file = data / "locust-data.json"
+    data_file.write_text(
+        json.dumps(
+            {"targets": [t.__dict__ for t in targets], "demo_key": next(iter(keys.values()))}
+        )
+    )
+    prefix = data / "locust"
+    out_file = data / "locust-outcome.json"
+    out_file.unlink(missing_ok=True)
+    command = [
+        *server.taskset(server.LOADGEN_CPU),
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(Path(__file__).resolve().parent / "locustfile.py"),
+        "--headless",
+        "-u",
+        str(cfg.locust_users),
+        "-r",
+        str(cfg.locust_users),
+        "-t",
+        f"{cfg.locust_seconds}s",
+        "--stop-timeout",
+        "10",
+        "--host",
+        base_url,
+        "--csv",
+        str(prefix),
+        "--only-summary",
+        "--loglevel",
+        "WARNING",
+    ]
+    log(f"locust: {cfg.locust_users} users for {cfg.locust_seconds} s")
+    env = {
+        **os.environ,
+        "BENCH_LOCUST_DATA": str(data_file),
+        "BENCH_LOCUST_OUT": str(out_file),
+        "PYTHONPATH": str(PROJECT),
+    }
+    done = subprocess.run(
+        command,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=cfg.locust_seconds + 120,
+        check=False,
+        cwd=PROJECT,
+    )
+    (data / "logs").mkdir(parents=True, exist_ok=True)
+    (data / "logs" / "locust.txt").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)
+    outcome.locust_rows = read_locust_stats(Path(f"{prefix}_stats.csv"))
+    total = next((r for r in outcome.locust_rows if r.name == "Aggregated"), None)
+    failures = read_locust_failures(Path(f"{prefix}_failures.csv"))
+    outcome.locust_summary = (
+        f"{cfg.locust_users} users, {cfg.locust_seconds} s, exit code {done.returncode}"
+        + (f"; {total.requests:,} requests, {total.failures:,} failed" if total else "")
+        + ("" if not failures else "; failures: " + "; ".join(failures[:8]))
+    )
+    log(f"  {outcome.locust_summary}")
+    if not out_file.exists():
+        outcome.notes.append("Locust wrote no outcome file: its acknowledgements are unknown.")
+        return
+    acked = json.loads(out_file.read_text())
+    outcome.seen.deal_ids |= set(acked["accepted_deals"])
+    outcome.seen.impressions += int(acked["impressions_billed"])
+    outcome.seen.server_errors += int(acked["counts"].get("5xx", 0))
+
+
+def read_locust_stats(path: Path) -> list[report.LocustRow]:
+    if not path.exists():
+        return []
+    rows = []
+    with path.open() as source:
+        for row in csv.DictReader(source):
+            rows.append(
+                report.LocustRow(
+                    name=row["Name"],
+                    requests=int(row["Request Count"]),
+                    failures=int(row["Failure Count"]),
+                    p50_ms=float(row["50%"] or 0),
+                    p99_ms=float(row["99%"] or 0),
+                    rps=float(row["Requests/s"] or 0),
+                )
+            )
+    return rows
+
+
+def read_locust_failures(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    with path.open() as source:
+        return [
+            f"{row['Name']}: {row['Error']} (x{row['Occurrences']})"
+            for row in csv.DictReader(source)
+        ]
+
+
+async def _check(seeded: server.Seeded, seen: invariants.Acknowledged) -> list[invariants.Check]:
+    client: Redis = connect(seeded.redis_url, timeout=5.0)
+    try:
+        return await invariants.check_all(client, seeded.database_url, seen)
+    finally:
+        await client.aclose()
+
+
+def start_worker(cfg: BenchConfig, seeded: server.Seeded, label: str) -> server.Worker:
+    worker = server.Worker(seeded, cfg.root / "logs" / f"worker-{label}.log")
+    log(f"starting the {label} worker on :{worker.port}")
+    worker.start()
+    return worker
+
+
+def small_variant(
+    cfg: BenchConfig, backends: server.Backends, doc: InventoryDocument, outcome: Outcome
+) -> None:
+    """Bid with 20 campaigns: peak, and paced at the full inventory's paced bid rate."""
+    small = seed.small_variant(doc)
+    database = asyncio.run(server.fresh_database(backends.database_url, "bench_small"))
+    seeded = server.seed(database, server.fresh_redis(backends.redis_url, 1), small)
+    worker = start_worker(cfg, seeded, "small")
+    try:
+        data = cfg.root / "data-small"
+        data.mkdir(parents=True, exist_ok=True)
+        targets = workload.targets(small, seeded.keys)
+        throughput.write_requests(data / "bid.tsv", workload.bid_lines(targets, 5_000, seed=2))
+        runner = Throughput(cfg, worker.base_url, data, outcome)
+        outcome.peak["bid_small"] = runner.run(
+            WrkRun("bid_small", "bid.lua", data / "bid.tsv", cfg.wrk_seconds)
+        )
+        full = outcome.paced.get("bid_half")
+        if full is not None and full.target_rps:
+            outcome.paced["bid_small_paced"] = runner.run(
+                WrkRun(
+                    "bid_small_paced",
+                    "bid.lua",
+                    data / "bid.tsv",
+                    cfg.wrk_seconds,
+                    connections=throughput.PACED_CONNECTIONS,
+                    delay_ms=throughput.paced_delay_ms(full.target_rps),
+                    target_rps=full.target_rps,
+                )
+            )
+    finally:
+        worker.stop()
+
+
+def bench(cfg: BenchConfig) -> int:
+    started = time.monotonic()
+    outcome = Outcome()
+    if not cfg.skip_wrk:
+        try:
+            throughput.wrk_binary()
+        except throughput.WrkMissing as exc:
+            log(f"WARNING: {exc}")
+            outcome.notes.append(f"wrk missing: {exc}")
+            cfg.skip_wrk = True
+    if not server.taskset("0"):
+        outcome.notes.append("taskset missing: the worker and the load generators are NOT pinned.")
+    checks: list[invariants.Check] = []
+    cfg.root.mkdir(parents=True, exist_ok=True)
+    backends = server.start_backends(cfg.root / "servers")
+    doc = seed.full_document()
+    try:
+        log("seeding the full inventory")
+        database = asyncio.run(server.fresh_database(backends.database_url, "bench_full"))
+        seeded = server.seed(database, server.fresh_redis(backends.redis_url, 0), doc)
+        log(f"  seeded in {seeded.seconds:.1f} s")
+        outcome.versions = measure_backend_versions(seeded.redis_url, seeded.database_url)
+        worker = start_worker(cfg, seeded, "full")
+        try:
+            data = cfg.root / "data"
+            data.mkdir(parents=True, exist_ok=True)
+            targets = workload.targets(doc, seeded.keys)
+            if not cfg.skip_wrk:
+                runner = Throughput(cfg, worker.base_url, data, outcome)
+                runner.peaks(targets)
+                runner.paced(targets)
+            if not cfg.skip_locust:
+                run_locust(cfg, worker.base_url, data, seeded.keys, targets, outcome)
+            sizes = worker.rss_kib()
+            outcome.rss_kib = max(sizes.values()) if sizes else None
+            log("checking the invariants (waiting for the record queue to drain)")
+            checks = asyncio.run(_check(seeded, outcome.seen))
+        finally:
+            worker.stop()
+        if not cfg.skip_wrk and not cfg.skip_small:
+            log("small variant: 20 campaigns")
+            small_variant(cfg, backends, doc, outcome)
+    finally:
+        backends.stop()
+    path = write(cfg, doc, outcome, checks)
+    failed = [c for c in checks if not c.ok]
+    for check in checks:
+        log(f"{'ok    ' if check.ok else 'FAILED'} {check.name}: {check.detail}")
+    log(f"report: {path} ({time.monotonic() - started:.0f} s)")
+    return 1 if failed else 0
+
+
+def write(
+    cfg: BenchConfig,
+    doc: InventoryDocument,
+    outcome: Outcome,
+    checks: list[invariants.Check],
+) -> Path:
+    rss = outcome.rss_kib
+    run = report.RunReport(
+        name=cfg.name,
+        day=datetime.now(UTC).date(),
+        command=cfg.command,
+        mode="quick smoke run" if cfg.quick else "full run",
+        machine=report.machine(),
+        versions={**report.package_versions(), **outcome.versions},
+        settings={
+            "inventory": f"{len(doc.publishers)} publishers, {len(doc.screens):,} screens, "
+            f"{len(doc.campaigns):,} campaigns, {len(doc.creatives):,} creatives "
+            f"(bench/seed.py, seed {seed.FULL_SEED})",
+            "worker": "one granian worker (asgi, uvloop), taskset -c 0; "
+            "LOG_LEVEL=WARNING, RECORD_WRITER=1, OFFER_TTL_SECONDS=1800",
+            "load": f"wrk -t1 on CPU 1, {throughput.PEAK_CONNECTIONS} connections for peaks, "
+            f"{throughput.PACED_CONNECTIONS} with exponential think time for paced runs, "
+            f"{cfg.wrk_seconds:g} s each",
+            **outcome.settings,
+        },
+        peak=outcome.peak,
+        paced=outcome.paced,
+        rss_mb=None if rss is None else rss[0] / 1024,
+        rss_peak_mb=None if rss is None else rss[1] / 1024,
+        locust=outcome.locust_rows,
+        locust_summary=outcome.locust_summary,
+        checks=checks,
+        notes=outcome.notes,
+    )
+    return report.write_report(run, cfg.results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.command_line = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
+    return bench(BenchConfig.from_args(args))
+
+
+def measure_backend_versions(redis_url: str, database_url: str) -> dict[str, str]:
+    async def probe() -> dict[str, str]:
+        found: dict[str, str] = {}
+        client: Redis = connect(redis_url, timeout=2.0)
+        try:
+            info = await client.info("server")
+            found["redis server"] = str(
+                info.get("valkey_version") or info.get("redis_version") or "unknown"
+            )
+        finally:
+            await client.aclose()
+        conn = await asyncpg.connect(database_url)
+        try:
+            found["postgres"] = str(await conn.fetchval("SHOW server_version"))
+        finally:
+            await conn.close()
+        return found
+
+    return asyncio.run(probe())
