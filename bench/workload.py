@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from bench.throughput import CORE, OPENRTB, RequestLine, write_requests
@@ -60,7 +61,7 @@ def targets(doc: InventoryDocument, keys: dict[str, str]) -> list[Target]:
     ]
 
 
-def bid_request(target: Target | Screen, rng: random.Random) -> dict[str, object]:
+def bid_request(target: Target | Screen, rng: random.Random) -> dict[str, Any]:
     """A DOOH video BidRequest shaped like the OpenRTB 2.6 implementation guide's example
     7.9.6.3, addressed to one seeded moving screen (tagid = its external id)."""
     if isinstance(target, Screen):
