@@ -1,0 +1,110 @@
+"""Exact money (decisions 1): micro-cent integers, half-even commission, net + commission ==
+gross always, and the parsing rules of wire amounts."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from matching.money import (
+    MoneyError,
+    cents_to_micros,
+    micros_to_cents,
+    parse_cents,
+    play_price_micros,
+    split_gross,
+)
+
+# Any price a campaign can carry (up to 9e9 cents) and any commission rate 0..1 with up to
+# 6 decimal places.
+prices = st.integers(min_value=1, max_value=9_000_000_000 * 1_000_000)
+rates = st.decimals(min_value=0, max_value=1, places=6, allow_nan=False, allow_infinity=False)
+
+
+@given(gross=prices, rate=rates)
+def test_net_plus_commission_is_gross(gross: int, rate: Decimal) -> None:
+    net, commission = split_gross(gross, rate)
+    assert net + commission == gross
+    assert 0 <= commission <= gross
+    # Commission is gross x rate rounded to the nearest micro-cent.
+    assert abs(Decimal(commission) - Decimal(gross) * rate) <= Decimal("0.5")
+
+
+@given(gross=prices, rate=rates)
+def test_wire_figures_add_up_exactly(gross: int, rate: Decimal) -> None:
+    net, commission = split_gross(gross, rate)
+    assert micros_to_cents(net) + micros_to_cents(commission) == micros_to_cents(gross)
+
+
+@given(
+    cents=st.decimals(
+        min_value=Decimal("0.000001"),
+        max_value=Decimal(9_000_000_000),
+        places=6,
+        allow_nan=False,
+        allow_infinity=False,
+    )
+)
+def test_cents_round_trip_through_micros(cents: Decimal) -> None:
+    assert micros_to_cents(cents_to_micros(cents)) == cents
+
+
+@pytest.mark.parametrize(
+    ("gross", "rate", "commission"),
+    [
+        (1, Decimal("0.5"), 0),  # 0.5 -> 0 (half to even)
+        (3, Decimal("0.5"), 2),  # 1.5 -> 2
+        (5, Decimal("0.5"), 2),  # 2.5 -> 2
+        (2_500_000, Decimal("0.15"), 375_000),
+        (2_125_000, Decimal("0.15"), 318_750),
+        (10, Decimal("0.15"), 2),  # 1.5 -> 2
+        (1_000_000, Decimal(0), 0),
+        (1_000_000, Decimal(1), 1_000_000),
+    ],
+)
+def test_commission_rounds_half_even(gross: int, rate: Decimal, commission: int) -> None:
+    assert split_gross(gross, rate) == (gross - commission, commission)
+
+
+@pytest.mark.parametrize(
+    ("cpm", "audience", "micros"),
+    [
+        ("250", "10", 2_500_000),  # 250 x 10 / 1000 = 2.5 cents
+        ("250", "1", 250_000),
+        ("1", "0.001", 1),  # 0.000001 cents
+        ("1", "0.0015", 2),  # 0.0000015 -> 2 micro-cents (half-even)
+        ("1", "0.0025", 2),  # 0.0000025 -> 2 micro-cents (half-even)
+        ("1000", "119.47", 119_470_000),
+    ],
+)
+def test_play_price_is_cpm_times_audience_over_1000(cpm: str, audience: str, micros: int) -> None:
+    assert play_price_micros(Decimal(cpm), Decimal(audience)) == micros
+
+
+@pytest.mark.parametrize(
+    ("value", "cents"),
+    [
+        (2.5, Decimal("2.5")),
+        (3, Decimal(3)),
+        ("0.25", Decimal("0.25")),
+        (Decimal("1.5"), Decimal("1.5")),
+    ],
+)
+def test_parse_cents_accepts_numbers(value: object, cents: Decimal) -> None:
+    assert parse_cents(value) == cents
+
+
+@pytest.mark.parametrize("value", [True, None, "abc", "", "NaN", "Infinity", [1], {"a": 1}])
+def test_parse_cents_refuses_what_is_not_a_finite_number(value: object) -> None:
+    with pytest.raises(MoneyError):
+        parse_cents(value)
+
+
+def test_finer_than_a_micro_cent() -> None:
+    with pytest.raises(MoneyError):
+        cents_to_micros(Decimal("2.5000001"))
+    assert cents_to_micros(Decimal("2.5000001"), exact=False) == 2_500_001  # rounds up
+    assert cents_to_micros(Decimal("2.50000000")) == 2_500_000
