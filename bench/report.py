@@ -37,8 +37,9 @@ LABELS = {
     "loss": "GET loss notice",
     "offer_request_half": "offer request at half peak",
     "bid_half": "bid at half peak",
-    "bid_small": "bid, 20 campaigns",
-    "bid_small_paced": "bid, 20 campaigns, paced",
+    "bid_small": "bid, 20 campaigns (screens bidding in both)",
+    "bid_full_paced": "bid, 2,000 campaigns, paced (screens bidding in both)",
+    "bid_small_paced": "bid, 20 campaigns, paced (same requests and rate)",
 }
 
 
@@ -111,7 +112,7 @@ def targets(report: RunReport) -> list[Target]:
                 None if result is None else result.p99_ms <= P99_AT_HALF_PEAK_MS,
             )
         )
-    full, small = report.paced.get("bid_half"), report.paced.get("bid_small_paced")
+    full, small = report.paced.get("bid_full_paced"), report.paced.get("bid_small_paced")
     found.append(
         Target(
             "bid p50, 2,000 vs 20 campaigns (same paced rate)",

@@ -214,27 +214,47 @@ class Throughput:
                 "accept req/s is a lower bound."
             )
 
-    def paced(self, targets: list[workload.Target]) -> None:
-        seconds, out, files = self.cfg.wrk_seconds, self.outcome, self.data
+    def paced_run(self, key: str, script: str, data: Path, target: float) -> WrkResult:
+        """A paced run at about `target` req/s: a short calibration run measures how long a
+        request cycle takes at that load, and the think time is corrected by it."""
+        connections = throughput.PACED_CONNECTIONS
+        first = throughput.paced_delay_ms(target, connections)
+        calibration = self.run(
+            WrkRun(
+                f"{key}_calibration",
+                script,
+                data,
+                min(3.0, self.cfg.wrk_seconds),
+                connections=connections,
+                delay_ms=first,
+                target_rps=target,
+            )
+        )
+        service_ms = max(connections * 1000.0 / max(calibration.rps, 1.0) - first, 0.0)
+        return self.run(
+            WrkRun(
+                key,
+                script,
+                data,
+                self.cfg.wrk_seconds,
+                connections=connections,
+                delay_ms=max(first - service_ms, 0.1),
+                target_rps=target,
+            )
+        )
+
+    def paced(self, comparable: Path) -> None:
+        """Offer request and bid at half their peak; the bid also on the screens that bid in
+        both inventories, at the same rate, for the 2,000 vs 20 campaigns comparison."""
+        out, files = self.outcome, self.data
         for key, peak_key, script, data in (
-            ("offer_request_half", "offer_request", "offer_request.lua", "offer.tsv"),
-            ("bid_half", "bid", "bid.lua", "bid.tsv"),
+            ("offer_request_half", "offer_request", "offer_request.lua", files / "offer.tsv"),
+            ("bid_half", "bid", "bid.lua", files / "bid.tsv"),
+            ("bid_full_paced", "bid", "bid.lua", comparable),
         ):
             peak = out.peak.get(peak_key)
-            if peak is None or peak.rps <= 0:
-                continue
-            target = peak.rps / 2
-            out.paced[key] = self.run(
-                WrkRun(
-                    key,
-                    script,
-                    files / data,
-                    seconds,
-                    connections=throughput.PACED_CONNECTIONS,
-                    delay_ms=throughput.paced_delay_ms(target),
-                    target_rps=target,
-                )
-            )
+            if peak is not None and peak.rps > 0:
+                out.paced[key] = self.paced_run(key, script, data, peak.rps / 2)
 
 
 def run_locust(
@@ -361,37 +381,69 @@ def start_worker(cfg: BenchConfig, seeded: server.Seeded, label: str) -> server.
 
 
 def small_variant(
-    cfg: BenchConfig, backends: server.Backends, doc: InventoryDocument, outcome: Outcome
+    cfg: BenchConfig,
+    backends: server.Backends,
+    small: InventoryDocument,
+    keys: dict[str, str],
+    comparable: Path,
+    outcome: Outcome,
 ) -> None:
-    """Bid with 20 campaigns: peak, and paced at the full inventory's paced bid rate."""
-    small = seed.small_variant(doc)
+    """Bid with 20 campaigns (same screens, same keys, same requests): peak, and paced at the
+    full inventory's paced rate."""
     database = asyncio.run(server.fresh_database(backends.database_url, "bench_small"))
-    seeded = server.seed(database, server.fresh_redis(backends.redis_url, 1), small)
+    seeded = server.seed(database, server.fresh_redis(backends.redis_url, 1), small, keys)
     worker = start_worker(cfg, seeded, "small")
     try:
         data = cfg.root / "data-small"
         data.mkdir(parents=True, exist_ok=True)
-        targets = workload.targets(small, seeded.keys)
-        throughput.write_requests(data / "bid.tsv", workload.bid_lines(targets, 5_000, seed=2))
         runner = Throughput(cfg, worker.base_url, data, outcome)
         outcome.peak["bid_small"] = runner.run(
-            WrkRun("bid_small", "bid.lua", data / "bid.tsv", cfg.wrk_seconds)
+            WrkRun("bid_small", "bid.lua", comparable, cfg.wrk_seconds)
         )
-        full = outcome.paced.get("bid_half")
+        full = outcome.paced.get("bid_full_paced")
         if full is not None and full.target_rps:
-            outcome.paced["bid_small_paced"] = runner.run(
-                WrkRun(
-                    "bid_small_paced",
-                    "bid.lua",
-                    data / "bid.tsv",
-                    cfg.wrk_seconds,
-                    connections=throughput.PACED_CONNECTIONS,
-                    delay_ms=throughput.paced_delay_ms(full.target_rps),
-                    target_rps=full.target_rps,
-                )
+            outcome.paced["bid_small_paced"] = runner.paced_run(
+                "bid_small_paced", "bid.lua", comparable, full.target_rps
             )
     finally:
         worker.stop()
+
+
+def full_inventory(
+    cfg: BenchConfig,
+    backends: server.Backends,
+    doc: InventoryDocument,
+    small: InventoryDocument,
+    outcome: Outcome,
+) -> tuple[list[invariants.Check], server.Seeded, Path]:
+    """Phases 1-5 on the full inventory: (invariant checks, the seeded variant, the file of
+    bids that bid in both inventories)."""
+    log("seeding the full inventory")
+    database = asyncio.run(server.fresh_database(backends.database_url, "bench_full"))
+    seeded = server.seed(database, server.fresh_redis(backends.redis_url, 0), doc)
+    log(f"  seeded in {seeded.seconds:.1f} s")
+    outcome.versions = measure_backend_versions(seeded.redis_url, seeded.database_url)
+    data = cfg.root / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    targets = workload.targets(doc, seeded.keys)
+    comparable = data / "bid-comparable.tsv"
+    both = workload.bidding_in_every(targets, [doc, small], datetime.now(UTC))
+    throughput.write_requests(comparable, workload.bid_lines(both, 5_000, seed=4))
+    worker = start_worker(cfg, seeded, "full")
+    try:
+        if not cfg.skip_wrk:
+            runner = Throughput(cfg, worker.base_url, data, outcome)
+            runner.peaks(targets)
+            runner.paced(comparable)
+        if not cfg.skip_locust:
+            run_locust(cfg, worker.base_url, data, seeded.keys, targets, outcome)
+        sizes = worker.rss_kib()
+        outcome.rss_kib = max(sizes.values()) if sizes else None
+        log("checking the invariants (waiting for the record queue to drain)")
+        checks = asyncio.run(_check(seeded, outcome.seen))
+    finally:
+        worker.stop()
+    return checks, seeded, comparable
 
 
 def bench(cfg: BenchConfig) -> int:
@@ -406,44 +458,22 @@ def bench(cfg: BenchConfig) -> int:
             cfg.skip_wrk = True
     if not server.taskset("0"):
         outcome.notes.append("taskset missing: the worker and the load generators are NOT pinned.")
-    checks: list[invariants.Check] = []
     cfg.root.mkdir(parents=True, exist_ok=True)
-    backends = server.start_backends(cfg.root / "servers")
     doc = seed.full_document()
+    small = seed.small_variant(doc)
+    backends = server.start_backends(cfg.root / "servers")
     try:
-        log("seeding the full inventory")
-        database = asyncio.run(server.fresh_database(backends.database_url, "bench_full"))
-        seeded = server.seed(database, server.fresh_redis(backends.redis_url, 0), doc)
-        log(f"  seeded in {seeded.seconds:.1f} s")
-        outcome.versions = measure_backend_versions(seeded.redis_url, seeded.database_url)
-        worker = start_worker(cfg, seeded, "full")
-        try:
-            data = cfg.root / "data"
-            data.mkdir(parents=True, exist_ok=True)
-            targets = workload.targets(doc, seeded.keys)
-            if not cfg.skip_wrk:
-                runner = Throughput(cfg, worker.base_url, data, outcome)
-                runner.peaks(targets)
-                runner.paced(targets)
-            if not cfg.skip_locust:
-                run_locust(cfg, worker.base_url, data, seeded.keys, targets, outcome)
-            sizes = worker.rss_kib()
-            outcome.rss_kib = max(sizes.values()) if sizes else None
-            log("checking the invariants (waiting for the record queue to drain)")
-            checks = asyncio.run(_check(seeded, outcome.seen))
-        finally:
-            worker.stop()
+        checks, seeded, comparable = full_inventory(cfg, backends, doc, small, outcome)
         if not cfg.skip_wrk and not cfg.skip_small:
             log("small variant: 20 campaigns")
-            small_variant(cfg, backends, doc, outcome)
+            small_variant(cfg, backends, small, seeded.keys, comparable, outcome)
     finally:
         backends.stop()
     path = write(cfg, doc, outcome, checks)
-    failed = [c for c in checks if not c.ok]
     for check in checks:
         log(f"{'ok    ' if check.ok else 'FAILED'} {check.name}: {check.detail}")
     log(f"report: {path} ({time.monotonic() - started:.0f} s)")
-    return 1 if failed else 0
+    return 0 if all(c.ok for c in checks) else 1
 
 
 def write(

@@ -24,7 +24,7 @@ import asyncpg
 import httpx
 import redis
 
-from bidder.auth import new_api_key
+from bidder.auth import hash_key, new_api_key
 from matching.inventory import InventoryDocument
 from store.inventory_repo import create_api_key, import_document
 from store.local_servers import LocalServers, free_port
@@ -103,7 +103,14 @@ class Seeded:
     seconds: float
 
 
-async def seed_database(database_url: str, redis_url: str, doc: InventoryDocument) -> Seeded:
+async def seed_database(
+    database_url: str,
+    redis_url: str,
+    doc: InventoryDocument,
+    reuse_keys: dict[str, str] | None = None,
+) -> Seeded:
+    """Migrate, import `doc`, and give every publisher a key (`reuse_keys`: the same plain keys
+    as another variant, so one request file serves both)."""
     started = time.monotonic()
     conn = await asyncpg.connect(database_url)
     try:
@@ -111,7 +118,11 @@ async def seed_database(database_url: str, redis_url: str, doc: InventoryDocumen
         await import_document(conn, doc)
         keys = {}
         for publisher in doc.publishers:
-            key, key_hash = new_api_key(KEY_PREFIX)
+            if reuse_keys and publisher.id in reuse_keys:
+                key = reuse_keys[publisher.id]
+                key_hash = hash_key(key)
+            else:
+                key, key_hash = new_api_key(KEY_PREFIX)
             await create_api_key(conn, publisher.id, key_hash, KEY_PREFIX, "staging", None)
             keys[publisher.id] = key
     finally:
@@ -250,5 +261,10 @@ class Worker:
         self.proc = None
 
 
-def seed(database_url: str, redis_url: str, doc: InventoryDocument) -> Seeded:
-    return asyncio.run(seed_database(database_url, redis_url, doc))
+def seed(
+    database_url: str,
+    redis_url: str,
+    doc: InventoryDocument,
+    reuse_keys: dict[str, str] | None = None,
+) -> Seeded:
+    return asyncio.run(seed_database(database_url, redis_url, doc, reuse_keys))

@@ -11,12 +11,16 @@ import random
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from bench.throughput import CORE, OPENRTB, RequestLine, write_requests
+from matching.engine import Match, VideoSlot, select
 from matching.inventory import InventoryDocument, Screen
+from matching.snapshot import build_snapshot
 
 #: Values a losing exchange puts into the loss-notice macros (reason 102: lost to a PMP deal).
 LOSS_MACROS = {
@@ -142,9 +146,12 @@ def moving(all_targets: list[Target]) -> list[Target]:
     return [t for t in all_targets if t.type == "moving" and t.external_id]
 
 
-def bid_lines(all_targets: list[Target], count: int, seed: int) -> list[RequestLine]:
+def bid_lines(
+    all_targets: list[Target], count: int, seed: int, *, only_moving: bool = True
+) -> list[RequestLine]:
     """OpenRTB bids for random moving screens (the only type that takes video)."""
     rng = random.Random(seed)
+    screens = moving(all_targets) if only_moving else all_targets
     return [
         RequestLine(
             "POST",
@@ -152,8 +159,30 @@ def bid_lines(all_targets: list[Target], count: int, seed: int) -> list[RequestL
             t.api_key,
             json.dumps(bid_request(t, rng), separators=(",", ":")),
         )
-        for t in _sample(moving(all_targets), count, rng)
+        for t in _sample(screens, count, rng)
     ]
+
+
+def bidding_in_every(
+    all_targets: list[Target], docs: list[InventoryDocument], now: datetime
+) -> list[Target]:
+    """Moving screens that get a bid (not a 204 or an nbr) from each inventory in `docs`, by
+    the matching engine itself: the inventory-size comparison then sends the same requests to
+    both inventories and measures the same outcome, a bid."""
+    snapshots = [build_snapshot(doc) for doc in docs]
+    kept = []
+    for target in moving(all_targets):
+        slot = VideoSlot(target.width, target.height, frozenset(BID_MIMES))
+        audience = Decimal(str(target.audience))
+        if all(
+            isinstance(
+                select(snap, snap.screens[target.screen_id], now, {}, audience=audience, slot=slot),
+                Match,
+            )
+            for snap in snapshots
+        ):
+            kept.append(target)
+    return kept
 
 
 def pool_prep_files(
