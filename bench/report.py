@@ -282,7 +282,12 @@ def machine() -> dict[str, str]:
                 break
     except OSError:
         pass
+    try:
+        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        load = "unknown"
     return {
+        "load average before the run (1, 5, 15 min)": load,
         "nproc": str(os.cpu_count()),
         "CPU": model,
         "memory": memory,
