@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 from litestar import Request, Response, Router, get
+from litestar.params import FromPath
 from redis.exceptions import RedisError
 
 from bidder.admin._common import ADMIN_PREFIX, json_response, path_uuid, require_admin
@@ -98,7 +99,7 @@ async def _offer_from_redis(rt: Runtime, hot: dict[str, str]) -> dict[str, Any]:
 
 
 @get("/offers/{offer_id:str}")
-async def get_offer(request: Request[Any, Any, Any], offer_id: str) -> Response[bytes]:
+async def get_offer(request: Request[Any, Any, Any], offer_id: FromPath[str]) -> Response[bytes]:
     """An offer's status and price: live from Redis, else from the records."""
     offer_id = path_uuid(offer_id, "offer_id")
     rt = runtime_of(request)
@@ -124,7 +125,7 @@ async def get_offer(request: Request[Any, Any, Any], offer_id: str) -> Response[
 
 
 @get("/deals/{deal_id:str}")
-async def get_deal(request: Request[Any, Any, Any], deal_id: str) -> Response[bytes]:
+async def get_deal(request: Request[Any, Any, Any], deal_id: FromPath[str]) -> Response[bytes]:
     """A deal with its billing record and playouts, once the records are written."""
     deal_id = path_uuid(deal_id, "deal_id")
     rt = runtime_of(request)

@@ -1,0 +1,167 @@
+"""Admin record lookups and `reconcile`, on the session's servers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from redis.asyncio import Redis
+
+from matching.snapshot import build_snapshot
+from store.hot import HotState, budget_key, offer_key, shard_of
+from store.postgres import create_pool
+from store.reconcile import reconcile
+from store.records import RecordWriter
+from tests.conftest import ADMIN_TOKEN, wait_for_inventory
+from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING, basic_document, seed
+from tests.integration._records_support import (
+    ACCEPTED,
+    _billing,
+    core_reject,
+    drain,
+    make_records,
+    prepare,
+)
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+async def _until(client: AsyncTestClient[Litestar], path: str, within: float = 10.0) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        response = await client.get(path, headers=ADMIN)
+        if response.status_code == 200 or time.monotonic() > deadline:
+            return response
+        await asyncio.sleep(0.05)
+
+
+async def test_offer_and_deal_lookups_from_redis_then_postgres(
+    app_client: AsyncTestClient[Litestar], redis_client: Redis, settings: Any
+) -> None:
+    """The app runs its own record writer (RECORD_WRITER defaults to on)."""
+    await seed(settings.database_url, basic_document())
+    await wait_for_inventory(app_client)
+    hot = HotState(redis_client)  # the test's own client: the app's lives on the app's loop
+    snap = build_snapshot(basic_document())
+    now = datetime.now(UTC)
+    made = await hot.reserve(
+        snap.campaigns[CAMPAIGN],
+        2_500_000,
+        SCREEN_MOVING,
+        now,
+        now.replace(year=now.year + 1),
+        {"channel": "core", "publisher": PUB, "creative": CREATIVE_VIDEO},
+    )
+    offer_id = made.offer_id
+    live = await app_client.get(f"/admin/v1/offers/{offer_id}", headers=ADMIN)
+    assert live.status_code == 200
+    assert live.json() | {"expires_at": None} == {
+        "offer_id": offer_id,
+        "status": "open",
+        "screen_id": SCREEN_MOVING,
+        "campaign_id": CAMPAIGN,
+        "bid_price_cents": 2.5,
+        "expires_at": None,
+        "rejection_reason": None,
+        "deal_id": None,
+    }
+    assert live.json()["expires_at"].startswith(str(now.year + 1))
+
+    answered = await hot.respond(
+        offer_id, PUB, "accept", now, _billing(ACCEPTED), accepted_micros=ACCEPTED
+    )
+    deal_id = answered.offer["deal_id"]
+    deal = await _until(app_client, f"/admin/v1/deals/{deal_id}")
+    assert deal.status_code == 200, deal.text
+    body = deal.json()
+    assert (body["gross_price_cents"], body["commission_cents"], body["net_price_cents"]) == (
+        2,
+        0.3,
+        1.7,
+    )
+    assert body["offer_id"] == offer_id
+    assert body["billing"]["billing_code"] == "BILL-FIZZY-METRO"
+    assert body["playouts"] == []
+
+    await hot.confirm_playout(deal_id, PUB, now, {"duration_seconds": 15})
+    for _ in range(100):
+        body = (await app_client.get(f"/admin/v1/deals/{deal_id}", headers=ADMIN)).json()
+        if body["playouts"]:
+            break
+        await asyncio.sleep(0.05)
+    assert [p["duration_seconds"] for p in body["playouts"]] == [15]
+
+    # Once Redis no longer holds the offer, the record in Postgres answers.
+    await redis_client.delete(offer_key(shard_of(offer_id), offer_id))  # type: ignore[arg-type]
+    stored = await app_client.get(f"/admin/v1/offers/{offer_id}", headers=ADMIN)
+    assert stored.status_code == 200
+    assert stored.json()["status"] == "accepted"
+    assert stored.json()["deal_id"] == deal_id
+    assert stored.json()["bid_price_cents"] == 2.5
+
+
+async def test_lookups_need_the_admin_token_and_answer_404_for_unknown_ids(
+    app_client: AsyncTestClient[Litestar],
+) -> None:
+    unknown = str(uuid.uuid4())
+    for path in (f"/admin/v1/offers/{unknown}", f"/admin/v1/deals/{unknown}"):
+        denied = await app_client.get(path)
+        assert denied.status_code == 401
+        assert "error" in denied.json()
+        wrong = await app_client.get(path, headers={"Authorization": "Bearer dk_stg_x"})
+        assert wrong.status_code == 401
+        missing = await app_client.get(path, headers=ADMIN)
+        assert missing.status_code == 404
+        assert "error" in missing.json()
+    bad = await app_client.get("/admin/v1/offers/not-a-uuid", headers=ADMIN)
+    assert bad.status_code == 400
+    assert "error" in bad.json()
+
+
+@pytest.fixture
+async def pool(migrated: str, clean: None) -> AsyncIterator[asyncpg.Pool]:
+    created = await create_pool(migrated, max_size=2)
+    yield created
+    await created.close()
+
+
+async def test_reconcile_reports_and_repairs_counters_from_the_records(
+    redis_client: Redis, pool: asyncpg.Pool, migrated: str
+) -> None:
+    hot, camp = await prepare(redis_client, migrated)
+    await make_records(hot, camp, rounds=2)
+
+    async def get_pool() -> asyncpg.Pool:
+        return pool
+
+    await drain(RecordWriter(redis_client, get_pool, consumer="t"), redis_client)
+    # One more record still in the queue: it counts as proven too.
+    await core_reject(hot, camp)
+    async with pool.acquire() as conn:
+        report = await reconcile(redis_client, conn, settle_seconds=0)
+        assert report.differing == {}
+        spent_before = report.campaigns[CAMPAIGN].spent
+        assert spent_before == 2 * (ACCEPTED + 2_500_000)  # 2 accepts + 2 impressions
+
+        key = budget_key(camp.shard)
+        await redis_client.hincrby(key, f"{CAMPAIGN}:s", 1_000_000)
+        await redis_client.hincrby(key, f"{CAMPAIGN}:r", -2_500_000)
+        report = await reconcile(redis_client, conn, settle_seconds=0)
+        assert set(report.differing) == {CAMPAIGN}
+        assert len(report.differing[CAMPAIGN]) == 2
+
+        repaired = await reconcile(redis_client, conn, repair=True, settle_seconds=0)
+        assert repaired.repaired == [CAMPAIGN]
+        again = await reconcile(redis_client, conn, settle_seconds=0)
+        assert again.differing == {}
+        assert again.campaigns[CAMPAIGN].spent == spent_before
+        # two core_open offers per round... every open offer still reserves its price
+        assert again.campaigns[CAMPAIGN].reserved == 2 * 2_500_000
