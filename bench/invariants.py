@@ -54,6 +54,8 @@ class Acknowledged:
 
     deal_ids: set[str] = field(default_factory=set)
     impressions: int = 0
+    playouts: int = 0
+    rejections: int = 0
     server_errors: int = 0
     # deals the server may have made for accepts whose answer wrk never read (it stops with
     # requests in flight): at most the accept run's connections, all from the offer pool
@@ -173,6 +175,8 @@ async def record_checks(conn: asyncpg.Connection, seen: Acknowledged) -> list[Ch
     billing = await conn.fetch("SELECT source, deal_id FROM billing_records")
     core_billing = {str(r["deal_id"]) for r in billing if r["source"] == "core_accept"}
     impressions = sum(1 for r in billing if r["source"] == "openrtb_impression")
+    playouts = int(await conn.fetchval("SELECT count(*) FROM playouts"))
+    rejections = int(await conn.fetchval("SELECT count(*) FROM rejections"))
     lost = seen.deal_ids - set(deals)
     extra = set(deals) - seen.deal_ids
     extra_outside_pool = [d for d in extra if deals[d] not in seen.pool_offer_ids]
@@ -198,6 +202,12 @@ async def record_checks(conn: asyncpg.Connection, seen: Acknowledged) -> list[Ch
             "every acknowledged OpenRTB impression is billed once",
             impressions == seen.impressions,
             f"{seen.impressions} acknowledged, {impressions} impression billing records",
+        ),
+        Check(
+            "playouts and rejections in Postgres == those acknowledged",
+            (playouts, rejections) == (seen.playouts, seen.rejections),
+            f"playouts {seen.playouts} acknowledged, {playouts} stored; "
+            f"rejections {seen.rejections} acknowledged, {rejections} stored",
         ),
     ]
 

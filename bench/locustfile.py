@@ -38,6 +38,8 @@ _lock = threading.Lock()
 acknowledged: dict[str, Any] = {
     "accepted_deals": [],
     "impressions_billed": 0,
+    "playouts": 0,
+    "rejections": 0,
     "counts": Counter(),
 }
 
@@ -148,7 +150,9 @@ class PublisherFlow(FastHttpUser):
                 and answer.get("deal_id") == body["deal_id"]
                 and has_text(answer, "playout_id")
             )
-            verdict(response, None if ok else "playout body without success, deal_id, playout_id")
+            if verdict(response, None if ok else "playout without success, deal_id, playout_id"):
+                with _lock:
+                    acknowledged["playouts"] += 1
 
     def _reject(self, offer: dict[str, Any], auth: dict[str, str]) -> None:
         with self.client.post(
@@ -167,7 +171,9 @@ class PublisherFlow(FastHttpUser):
                 and body.get("action") == "rejected"
                 and body.get("rejection_reason") == "no_slot"
             )
-            verdict(response, None if ok else "reject body without action/rejection_reason")
+            if verdict(response, None if ok else "reject body without action/rejection_reason"):
+                with _lock:
+                    acknowledged["rejections"] += 1
 
 
 class SspFlow(FastHttpUser):

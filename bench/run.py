@@ -333,6 +333,8 @@ def run_locust(
     acked = json.loads(out_file.read_text())
     outcome.seen.deal_ids |= set(acked["accepted_deals"])
     outcome.seen.impressions += int(acked["impressions_billed"])
+    outcome.seen.playouts += int(acked["playouts"])
+    outcome.seen.rejections += int(acked["rejections"])
     outcome.seen.server_errors += int(acked["counts"].get("5xx", 0))
 
 
@@ -517,7 +519,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    args.command_line = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
+    args.command_line = " ".join(
+        ["python -m bench", shlex.join(argv if argv is not None else sys.argv[1:])]
+    ).strip()
     return bench(BenchConfig.from_args(args))
 
 
