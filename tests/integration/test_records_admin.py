@@ -16,7 +16,7 @@ from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
 
 from matching.snapshot import build_snapshot
-from store.hot import HotState, budget_key, offer_key, shard_of
+from store.hot import Answered, HotState, Reserved, budget_key, offer_key, shard_of
 from store.postgres import create_pool
 from store.reconcile import reconcile
 from store.records import RecordWriter
@@ -60,6 +60,7 @@ async def test_offer_and_deal_lookups_from_redis_then_postgres(
         now.replace(year=now.year + 1),
         {"channel": "core", "publisher": PUB, "creative": CREATIVE_VIDEO},
     )
+    assert isinstance(made, Reserved)
     offer_id = made.offer_id
     live = await app_client.get(f"/admin/v1/offers/{offer_id}", headers=ADMIN)
     assert live.status_code == 200
@@ -78,6 +79,7 @@ async def test_offer_and_deal_lookups_from_redis_then_postgres(
     answered = await hot.respond(
         offer_id, PUB, "accept", now, _billing(ACCEPTED), accepted_micros=ACCEPTED
     )
+    assert isinstance(answered, Answered)
     deal_id = answered.offer["deal_id"]
     deal = await _until(app_client, f"/admin/v1/deals/{deal_id}")
     assert deal.status_code == 200, deal.text
