@@ -1,0 +1,189 @@
+"""An auto-pipelined Redis connection for the hot path's script calls.
+
+redis-py's asyncio client spends more CPU per call than Redis spends running the script
+(performance-notes.md: the client is the largest single cost on the hot path). This connection
+keeps what is expensive out of the per-call path:
+
+- commands issued during one event-loop tick leave in a single write (auto-pipelining, as
+  ioredis does), so concurrent requests share syscalls and round trips;
+- replies are parsed by hiredis and resolve the waiting futures in order;
+- no connection-pool checkout per call: one connection per worker, reopened on failure.
+
+Errors are redis-py's exception types, so callers handle one family: a refused or broken
+connection is `ConnectionError`, a reply slower than `timeout` is `TimeoutError` (both fail every
+call in flight, and the next call reconnects), a script error is `ResponseError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import deque
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import hiredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+Arg = str | int | bytes
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, owner: PipelinedRedis) -> None:
+        self.owner = owner
+        self.reader = hiredis.Reader()
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        pending = self.owner._pending
+        while True:
+            reply = self.reader.gets()
+            if reply is False:
+                return
+            if not pending:  # a reply nobody waits for: the stream is out of step
+                self.owner._fail(RedisConnectionError("unexpected reply from Redis"))
+                return
+            future, _ = pending.popleft()
+            if future.done():
+                continue
+            if isinstance(reply, hiredis.ReplyError):
+                message = str(reply)
+                error: Exception = (
+                    NoScriptError(message)
+                    if message.startswith("NOSCRIPT")
+                    else ResponseError(message)
+                )
+                future.set_exception(error)
+            else:
+                future.set_result(reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner._fail(RedisConnectionError(f"connection to Redis lost: {exc or 'closed'}"))
+
+
+class PipelinedRedis:
+    """One auto-pipelined connection to one Redis server (host/port/db from a redis:// URL)."""
+
+    def __init__(self, url: str, timeout: float = 0.25) -> None:
+        parts = urlsplit(url)
+        self._host = parts.hostname or "127.0.0.1"
+        self._port = parts.port or 6379
+        self._db = int(parts.path.lstrip("/") or 0)
+        self._password = parts.password
+        self._username = parts.username
+        self.timeout = timeout
+        self._transport: asyncio.Transport | None = None
+        self._connecting: asyncio.Future[None] | None = None
+        self._pending: deque[tuple[asyncio.Future[Any], float]] = deque()
+        self._outbox: list[bytes] = []
+        self._flush_scheduled = False
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- connection --------------------------------------------------------------------------
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        try:
+            transport, _ = await asyncio.wait_for(
+                loop.create_connection(lambda: _Protocol(self), self._host, self._port),
+                self.timeout,
+            )
+        except (OSError, TimeoutError) as exc:
+            raise RedisConnectionError(f"cannot connect to Redis: {exc}") from exc
+        self._transport = cast("asyncio.Transport", transport)  # uvloop's is not a subclass
+        setup: list[tuple[Arg, ...]] = []
+        if self._password:
+            setup.append(("AUTH", self._username or "default", self._password))
+        if self._db:
+            setup.append(("SELECT", self._db))
+        for command in setup:
+            await self._send(command)
+
+    async def _ensure_connected(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            return
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(self._connect())
+        connecting = self._connecting
+        try:
+            await asyncio.shield(connecting)
+        finally:
+            if self._connecting is connecting and connecting.done():
+                self._connecting = None
+
+    def _fail(self, error: Exception) -> None:
+        """Fail every call in flight and drop the connection; the next call reconnects."""
+        transport, self._transport = self._transport, None
+        self._outbox.clear()
+        pending, self._pending = self._pending, deque()
+        for future, _ in pending:
+            if not future.done():
+                future.set_exception(error)
+        if transport is not None and not transport.is_closing():
+            transport.abort()
+
+    async def aclose(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        self._fail(RedisConnectionError("client closed"))
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._outbox and self._transport is not None:
+            self._transport.write(b"".join(self._outbox))
+        self._outbox.clear()
+
+    def _arm_watchdog(self) -> None:
+        if self._watchdog is None and self._loop is not None:
+            self._watchdog = self._loop.call_later(self.timeout, self._check_timeouts)
+
+    def _check_timeouts(self) -> None:
+        self._watchdog = None
+        if not self._pending:
+            return
+        _, sent_at = self._pending[0]
+        if time.monotonic() - sent_at >= self.timeout:
+            self._fail(RedisTimeoutError(f"no reply from Redis within {self.timeout}s"))
+            return
+        self._arm_watchdog()
+
+    async def _send(self, command: tuple[Arg, ...]) -> Any:
+        loop = self._loop or asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((future, time.monotonic()))
+        self._outbox.append(hiredis.pack_command(command))  # type: ignore[arg-type]
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        self._arm_watchdog()
+        return await future
+
+    async def execute(self, *command: Arg) -> Any:
+        """Send one command (pipelined with the others of this tick) and return its reply."""
+        await self._ensure_connected()
+        return await self._send(command)
+
+
+class PipelinedScript:
+    """A Lua script run with EVALSHA on a PipelinedRedis, loaded on first NOSCRIPT."""
+
+    def __init__(self, client: PipelinedRedis, source: str) -> None:
+        self.client = client
+        self.source = source
+        self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
+
+    async def __call__(self, keys: list[str], args: list[Arg]) -> Any:
+        command: tuple[Arg, ...] = ("EVALSHA", self.sha, len(keys), *keys, *args)
+        try:
+            return await self.client.execute(*command)
+        except NoScriptError:
+            await self.client.execute("SCRIPT", "LOAD", self.source)
+            return await self.client.execute(*command)

@@ -1,0 +1,76 @@
+"""The auto-pipelined connection against real Redis: replies in order, scripts, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from store.local_servers import free_port
+from store.pipelined import PipelinedRedis, PipelinedScript
+from tests.conftest import ServerUrls
+
+
+@pytest.fixture
+async def piped(servers: ServerUrls, redis_client: Redis) -> AsyncIterator[PipelinedRedis]:
+    client = PipelinedRedis(servers.redis_url, timeout=2.0)
+    yield client
+    await client.aclose()
+
+
+async def test_concurrent_calls_get_their_own_replies(piped: PipelinedRedis) -> None:
+    replies = await asyncio.gather(*[piped.execute("INCRBY", f"k{i % 7}", i) for i in range(500)])
+    # Each INCRBY answers the running total of its key: the last one per key is the sum.
+    totals: dict[int, int] = {}
+    for i, reply in enumerate(replies):
+        totals[i % 7] = totals.get(i % 7, 0) + i
+        assert reply == totals[i % 7]
+
+
+async def test_script_loads_itself_once_and_runs(
+    piped: PipelinedRedis, redis_client: Redis
+) -> None:
+    await redis_client.script_flush()
+    script = PipelinedScript(piped, "return {KEYS[1], ARGV[1] + 1}")
+    assert await script(["a"], [41]) == [b"a", 42]
+    assert await script(["b"], [1]) == [b"b", 2]
+
+
+async def test_error_reply_raises_response_error(piped: PipelinedRedis) -> None:
+    await piped.execute("SET", "text", "x")
+    with pytest.raises(ResponseError):
+        await piped.execute("INCR", "text")
+    assert await piped.execute("GET", "text") == b"x"  # the connection stays usable
+
+
+async def test_refused_connection_fails_fast() -> None:
+    client = PipelinedRedis(f"redis://127.0.0.1:{free_port()}/0", timeout=0.25)
+    started = time.monotonic()
+    with pytest.raises(RedisConnectionError):
+        await client.execute("PING")
+    assert time.monotonic() - started < 1.0
+    await client.aclose()
+
+
+async def test_silent_server_times_out_and_next_call_reconnects() -> None:
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1000)  # never answers
+        await asyncio.sleep(5)
+        writer.close()
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = PipelinedRedis(f"redis://127.0.0.1:{port}/0", timeout=0.2)
+    started = time.monotonic()
+    with pytest.raises(RedisTimeoutError):
+        await client.execute("PING")
+    assert time.monotonic() - started < 1.0
+    await client.aclose()
+    server.close()
+    await server.wait_closed()
