@@ -1,0 +1,238 @@
+"""GET/POST /functions/v1/openrtb-2-6/loss/{offer_id} and the budget rules of the OpenRTB path:
+a bid reserves, a loss notice releases, retries only count, limits, signature and window."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from bidder.openrtb._loss import loss_url
+from bidder.runtime import utcnow
+from bidder.settings import Settings
+from store.hot import HotState, connect, epoch_ms
+from tests import factories as f
+from tests.integration._core_helpers import Live, live_app
+from tests.integration.test_openrtb_bid import (
+    assert_deprecated,
+    assert_error,
+    bid_request,
+    post_bid,
+    queue_records,
+    seeded,
+)
+
+PRICE_MICROS = 29_867_500  # 250 cents CPM x 119.47 / 1000 = 29.8675 cents
+
+
+@pytest.fixture
+async def live(settings: Settings, clean: None) -> AsyncIterator[Live]:
+    async with live_app(settings) as running:
+        yield running
+
+
+async def make_bid(live: Live) -> tuple[str, str]:
+    """(offer id, lurl) of a fresh bid on the seeded moving screen."""
+    headers = await seeded(live)
+    response = await post_bid(live, headers, bid_request())
+    assert response.status_code == 200, response.text
+    bid = response.json()["seatbid"][0]["bid"][0]
+    return bid["adid"], bid["lurl"]
+
+
+def substitute(lurl: str, **values: str) -> str:
+    """The lurl as an SSP calls it: the macros replaced (those not given stay as they are)."""
+    macros = {
+        "reason": "${AUCTION_LOSS}",
+        "price": "${AUCTION_PRICE}",
+        "cur": "${AUCTION_CURRENCY}",
+        "mtw": "${AUCTION_MIN_TO_WIN}",
+        "aid": "${AUCTION_ID}",
+    }
+    for name, value in values.items():
+        lurl = lurl.replace(f"{name}={macros[name]}", f"{name}={value}")
+    return lurl
+
+
+def local(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.path}?{parts.query}"
+
+
+async def reserved(live: Live) -> int:
+    return (await live.rt.hot.read_budgets(utcnow()))[f.CAMPAIGN].reserved
+
+
+async def test_loss_notice_releases_the_reservation(live: Live) -> None:
+    offer_id, lurl = await make_bid(live)
+    assert await reserved(live) == PRICE_MICROS
+
+    url = substitute(lurl, reason="102", price="3.10", cur="EUR", mtw="3.2", aid="auction-42")
+    response = await live.client.get(local(url))
+    assert response.status_code == 204, response.text
+    assert response.content == b""
+    assert_deprecated(response)
+    budget = (await live.rt.hot.read_budgets(utcnow()))[f.CAMPAIGN]
+    assert budget.reserved == 0
+    assert budget.spent == 0
+
+    notices = await queue_records(live.rt.redis, "loss_notice")
+    assert len(notices) == 1
+    assert notices[0]["o"]["offer_id"] == offer_id
+    payload = notices[0]["p"]
+    assert payload["reason"] == 102
+    assert payload["price"] == "3.10"
+    assert payload["cur"] == "EUR"
+    assert payload["mtw"] == "3.2"
+    assert payload["aid"] == "auction-42"
+    assert payload["body"] is None
+    assert notices[0]["x"]["after_billing"] is False
+    assert notices[0]["x"]["released"] == PRICE_MICROS
+    offer = await live.rt.hot.offer(offer_id)
+    assert offer is not None
+    assert offer["status"] == "lost"
+
+
+async def test_retries_only_increment_the_counter(live: Live) -> None:
+    offer_id, lurl = await make_bid(live)
+    url = local(substitute(lurl, reason="102"))
+    for _ in range(3):
+        assert (await live.client.get(url)).status_code == 204
+    offer = await live.rt.hot.offer(offer_id)
+    assert offer is not None
+    assert offer["loss_count"] == "3"
+    assert len(await queue_records(live.rt.redis, "loss_notice")) == 1
+    assert await reserved(live) == 0
+
+
+async def test_unsubstituted_macros_are_stored_as_absent(live: Live) -> None:
+    _, lurl = await make_bid(live)
+    assert (await live.client.get(local(lurl))).status_code == 204
+    payload = (await queue_records(live.rt.redis, "loss_notice"))[0]["p"]
+    assert payload == {
+        "reason": None,
+        "price": None,
+        "cur": None,
+        "mtw": None,
+        "aid": None,
+        "body": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "stored"),
+    [
+        (b'{"seat": "s1", "reason": 102}', {"seat": "s1", "reason": 102}),
+        (b"plain text diagnostics", "plain text diagnostics"),
+        (b"", None),
+    ],
+)
+async def test_post_body_is_stored_for_diagnostics(live: Live, body: bytes, stored: Any) -> None:
+    _, lurl = await make_bid(live)
+    response = await live.client.post(
+        local(substitute(lurl, reason="0")),
+        content=body,
+        headers={"Content-Type": "application/json"},
+    )
+    assert response.status_code == 204, response.text
+    payload = (await queue_records(live.rt.redis, "loss_notice"))[0]["p"]
+    assert payload["body"] == stored
+    assert payload["reason"] == 0
+
+
+async def test_body_above_16_kb_is_413(live: Live) -> None:
+    offer_id, lurl = await make_bid(live)
+    big = json.dumps({"pad": "x" * 16_400}).encode()
+    response = await live.client.post(local(lurl), content=big)
+    assert_error(response, 413, "PAYLOAD_TOO_LARGE")
+
+    async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted as it arrives
+        for _ in range(20):
+            yield b"x" * 1024
+
+    response = await live.client.post(local(lurl), content=chunks())
+    assert_error(response, 413, "PAYLOAD_TOO_LARGE")
+    # Exactly 16 KB is fine.
+    response = await live.client.post(local(lurl), content=b"x" * 16_384)
+    assert response.status_code == 204
+    assert await reserved(live) == 0
+    assert offer_id
+
+
+async def test_query_above_4_kb_is_414(live: Live) -> None:
+    _, lurl = await make_bid(live)
+    url = local(substitute(lurl, aid="a" * 4_200))
+    response = await live.client.get(url)
+    assert_error(response, 414, "URI_TOO_LONG")
+    assert await reserved(live) == PRICE_MICROS
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda url: url.replace("scr=", "scr=0"),
+        lambda url: url.replace("pub=", "pub=0"),
+        lambda url: url.replace("token=", "token=A"),
+        lambda url: url.split("&token=")[0],
+        lambda url: url.replace("/loss/", "/loss/0"),
+    ],
+)
+async def test_altered_or_forged_url_is_403_and_changes_nothing(live: Live, tamper: Any) -> None:
+    _, lurl = await make_bid(live)
+    response = await live.client.get(local(tamper(lurl)))
+    assert_error(response, 403, "INVALID_SIGNATURE")
+    assert await reserved(live) == PRICE_MICROS
+    assert await queue_records(live.rt.redis, "loss_notice") == []
+
+
+@pytest.mark.parametrize(("age_ms", "status"), [(23 * 3_600_000, 204), (25 * 3_600_000, 403)])
+async def test_valid_for_24_hours(live: Live, settings: Settings, age_ms: int, status: int) -> None:
+    offer_id, _ = await make_bid(live)
+    old = loss_url(settings, offer_id, f.PUB, f.SCREEN_MOVING, epoch_ms(utcnow()) - age_ms)
+    response = await live.client.get(local(old))
+    assert response.status_code == status
+    assert_deprecated(response)
+
+
+async def test_signed_with_an_older_secret_still_verifies(live: Live, settings: Settings) -> None:
+    from tests.conftest import SIGNING_SECRETS, ServerUrls, make_settings
+
+    offer_id, _ = await make_bid(live)
+    older = make_settings(
+        ServerUrls(settings.redis_url, settings.database_url, None),
+        SIGNING_SECRETS=SIGNING_SECRETS.split(",")[1],
+    )
+    url = loss_url(older, offer_id, f.PUB, f.SCREEN_MOVING, epoch_ms(utcnow()))
+    assert (await live.client.get(local(url))).status_code == 204
+    assert await reserved(live) == 0
+
+
+async def test_unknown_offer_with_a_valid_signature_is_204(live: Live, settings: Settings) -> None:
+    await seeded(live)
+    unknown = "00000000-0000-4000-8000-00000000dead"
+    url = loss_url(settings, unknown, f.PUB, f.SCREEN_MOVING, epoch_ms(utcnow()))
+    assert (await live.client.get(local(url))).status_code == 204
+
+
+async def test_redis_down_is_503_and_the_url_stays_valid(live: Live) -> None:
+    _, lurl = await make_bid(live)
+    dead = connect("redis://127.0.0.1:1/0", timeout=0.2)
+    real = live.rt.hot
+    live.rt.hot = HotState(dead)
+    try:
+        response = await live.client.get(local(lurl))
+    finally:
+        live.rt.hot = real
+        await dead.aclose()
+    assert_error(response, 503, "SERVICE_UNAVAILABLE")
+    assert (await live.client.get(local(lurl))).status_code == 204
+    assert await reserved(live) == 0
+
+
+async def test_no_authorization_needed_and_a_key_changes_nothing(live: Live) -> None:
+    _, lurl = await make_bid(live)
+    response = await live.client.get(local(lurl), headers={"Authorization": "Bearer junk"})
+    assert response.status_code == 204
