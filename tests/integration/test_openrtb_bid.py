@@ -29,6 +29,7 @@ from bidder.settings import Settings
 from bidder.signing import verify
 from store.hot import HotState, connect, queue_keys
 from tests import factories as f
+from tests.conftest import ServerUrls, make_settings
 from tests.integration._core_helpers import Live, live_app
 
 BID = "/functions/v1/openrtb-2-6/bid"
@@ -53,10 +54,16 @@ def bid_request(**imp_overrides: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def live(settings: Settings, clean: None) -> AsyncIterator[Live]:
+async def live(servers: ServerUrls, clean: None) -> AsyncIterator[Live]:
     """The app on the test's own loop (requests really interleave; the runtime is reachable)."""
-    async with live_app(settings) as running:
+    async with live_app(queue_kept(servers)) as running:
         yield running
+
+
+def queue_kept(servers: ServerUrls, **overrides: str) -> Settings:
+    """Test settings without the record writer, so the queued records stay for the test to
+    read (the writer deletes what it has written)."""
+    return make_settings(servers, RECORD_WRITER="0", **overrides)
 
 
 async def seeded(live: Live, **lists: Any) -> dict[str, str]:

@@ -15,12 +15,14 @@ from bidder.runtime import utcnow
 from bidder.settings import Settings
 from store.hot import HotState, connect, epoch_ms
 from tests import factories as f
+from tests.conftest import ServerUrls
 from tests.integration._core_helpers import Live, live_app
 from tests.integration.test_openrtb_bid import (
     assert_deprecated,
     assert_error,
     bid_request,
     post_bid,
+    queue_kept,
     queue_records,
     seeded,
 )
@@ -29,8 +31,8 @@ PRICE_MICROS = 29_867_500  # 250 cents CPM x 119.47 / 1000 = 29.8675 cents
 
 
 @pytest.fixture
-async def live(settings: Settings, clean: None) -> AsyncIterator[Live]:
-    async with live_app(settings) as running:
+async def live(servers: ServerUrls, clean: None) -> AsyncIterator[Live]:
+    async with live_app(queue_kept(servers)) as running:
         yield running
 
 

@@ -1,0 +1,182 @@
+"""The tracking endpoint (shared by both interfaces) and the OpenRTB billing rules: the
+impression bills exactly once, a loss notice after billing changes nothing, a bid never answered
+is released at expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import xml.etree.ElementTree as ET
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from bidder.runtime import utcnow
+from bidder.tracking import PIXEL
+from matching.money import split_gross
+from tests import factories as f
+from tests.conftest import ServerUrls
+from tests.integration._core_helpers import Live, live_app
+from tests.integration.test_openrtb_bid import (
+    bid_request,
+    post_bid,
+    queue_kept,
+    queue_records,
+    seeded,
+)
+from tests.integration.test_openrtb_loss import local, substitute
+
+PRICE_MICROS = 29_867_500  # 250 cents CPM x 119.47 / 1000 = 29.8675 cents
+NS = {"v": "http://www.iab.com/VAST"}
+
+
+@pytest.fixture
+async def live(servers: ServerUrls, clean: None) -> AsyncIterator[Live]:
+    async with live_app(queue_kept(servers)) as running:
+        yield running
+
+
+async def make_bid(live: Live) -> dict[str, Any]:
+    headers = await seeded(live)
+    response = await post_bid(live, headers, bid_request())
+    assert response.status_code == 200, response.text
+    bid: dict[str, Any] = response.json()["seatbid"][0]["bid"][0]
+    return bid
+
+
+def tracking_of(bid: dict[str, Any]) -> dict[str, str]:
+    """event -> URL, from the bid's VAST."""
+    root = ET.fromstring(bid["adm"])
+    urls = {"impression": root.findtext(".//v:Impression", namespaces=NS) or ""}
+    for tracking in root.findall(".//v:Tracking", NS):
+        urls[tracking.get("event") or ""] = tracking.text or ""
+    return urls
+
+
+def fired(url: str, price: str = "0.30", aud: str = "119.47") -> str:
+    """The URL as the SSP fires it, macros substituted."""
+    return local(url.replace("${AUCTION_PRICE}", price).replace("${TOTAL_IMP}", aud))
+
+
+async def budget(live: Live) -> Any:
+    return (await live.rt.hot.read_budgets(utcnow()))[f.CAMPAIGN]
+
+
+async def test_impression_bills_exactly_once_when_fired_five_times(live: Live) -> None:
+    bid = await make_bid(live)
+    impression = fired(tracking_of(bid)["impression"])
+    responses = await asyncio.gather(*(live.client.get(impression) for _ in range(5)))
+    for response in responses:
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "image/gif"
+        assert response.content == PIXEL
+
+    state = await budget(live)
+    assert state.spent == PRICE_MICROS
+    assert state.reserved == 0
+    billed = await queue_records(live.rt.redis, "impression_billed")
+    assert len(billed) == 1
+    payload = billed[0]["p"]
+    net, commission = split_gross(PRICE_MICROS, Decimal("0.15"))
+    assert payload["gross_micros"] == PRICE_MICROS
+    assert payload["commission_micros"] == commission
+    assert payload["net_micros"] == net
+    assert payload["net_micros"] + payload["commission_micros"] == PRICE_MICROS
+    assert Decimal(payload["commission_rate"]) == Decimal("0.15")
+    assert billed[0]["x"]["billing_code"] == "BILL-FIZZY-METRO"
+    events = await queue_records(live.rt.redis, "tracking_event")
+    assert len(events) == 5
+    assert sum(1 for e in events if e["x"]["billed"]) == 1
+    assert {e["p"]["price"] for e in events} == {"0.30"}
+    assert {e["p"]["aud"] for e in events} == {"119.47"}
+    assert len({e["p"]["event_id"] for e in events}) == 5
+    offer = await live.rt.hot.offer(bid["adid"])
+    assert offer is not None
+    assert offer["status"] == "billed"
+
+
+async def test_every_event_is_recorded_and_only_the_impression_bills(live: Live) -> None:
+    bid = await make_bid(live)
+    urls = tracking_of(bid)
+    for event in ("start", "firstQuartile", "midpoint", "thirdQuartile", "complete"):
+        assert (await live.client.get(fired(urls[event]))).status_code == 200
+    assert (await budget(live)).spent == 0
+    assert (await budget(live)).reserved == PRICE_MICROS
+    events = await queue_records(live.rt.redis, "tracking_event")
+    assert [e["p"]["event"] for e in events] == [
+        "start",
+        "firstQuartile",
+        "midpoint",
+        "thirdQuartile",
+        "complete",
+    ]
+
+
+async def test_unsubstituted_macros_are_stored_raw(live: Live) -> None:
+    bid = await make_bid(live)
+    assert (await live.client.get(local(tracking_of(bid)["complete"]))).status_code == 200
+    event = (await queue_records(live.rt.redis, "tracking_event"))[0]["p"]
+    assert event["price"] == "${AUCTION_PRICE}"
+    assert event["aud"] == "${TOTAL_IMP}"
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda url: url.replace("event=complete", "event=impression"),
+        lambda url: url.replace("scr=", "scr=0"),
+        lambda url: url.replace("ts=", "ts=1"),
+        lambda url: url.replace("token=", "token=x"),
+        lambda url: url.split("&token=")[0],
+    ],
+)
+async def test_forged_or_altered_url_is_403_and_changes_nothing(live: Live, tamper: Any) -> None:
+    bid = await make_bid(live)
+    response = await live.client.get(tamper(fired(tracking_of(bid)["complete"])))
+    assert response.status_code == 403
+    assert await queue_records(live.rt.redis, "tracking_event") == []
+    assert (await budget(live)).spent == 0
+
+
+async def test_loss_after_billing_is_recorded_and_changes_nothing(live: Live) -> None:
+    bid = await make_bid(live)
+    assert (await live.client.get(fired(tracking_of(bid)["impression"]))).status_code == 200
+    before = await budget(live)
+    response = await live.client.get(local(substitute(bid["lurl"], reason="102")))
+    assert response.status_code == 204
+    after = await budget(live)
+    assert (after.spent, after.reserved) == (before.spent, before.reserved) == (PRICE_MICROS, 0)
+    notices = await queue_records(live.rt.redis, "loss_notice")
+    assert len(notices) == 1
+    assert notices[0]["x"]["after_billing"] is True
+    assert notices[0]["x"]["released"] == 0
+
+
+async def test_impression_after_a_loss_does_not_bill(live: Live) -> None:
+    bid = await make_bid(live)
+    assert (await live.client.get(local(bid["lurl"]))).status_code == 204
+    assert (await live.client.get(fired(tracking_of(bid)["impression"]))).status_code == 200
+    state = await budget(live)
+    assert (state.spent, state.reserved) == (0, 0)
+    assert await queue_records(live.rt.redis, "impression_billed") == []
+    assert len(await queue_records(live.rt.redis, "tracking_event")) == 1
+
+
+async def test_a_bid_never_answered_is_released_at_expiry(servers: ServerUrls, clean: None) -> None:
+    settings = queue_kept(servers, OFFER_TTL_SECONDS="1", SWEEP_INTERVAL_SECONDS="0.2")
+    async with live_app(settings) as live:
+        bid = await make_bid(live)
+        assert (await budget(live)).reserved == PRICE_MICROS
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if (await budget(live)).reserved == 0:
+                break
+        state = await budget(live)
+        assert (state.reserved, state.spent) == (0, 0)
+        offer = await live.rt.hot.offer(bid["adid"])
+        assert offer is not None
+        assert offer["status"] == "expired"
+        # An impression after expiry does not bill.
+        assert (await live.client.get(fired(tracking_of(bid)["impression"]))).status_code == 200
+        assert (await budget(live)).spent == 0
