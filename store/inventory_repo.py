@@ -199,6 +199,10 @@ async def _upsert(conn: Conn, kind: str, items: Sequence[Any], progress: Progres
     await conn.execute(
         f"CREATE TEMP TABLE {staging} (LIKE {table} INCLUDING DEFAULTS) ON COMMIT DROP"
     )
+    if "targeting" in columns:
+        # JSON goes in as text: binary COPY has no jsonb encoder, and a pooled connection's
+        # jsonb codec would encode the JSON text a second time.
+        await conn.execute(f"ALTER TABLE {staging} ALTER COLUMN targeting TYPE text")
     rows = _rows(kind, items)
     for start in range(0, len(rows), _CHUNK):
         chunk = rows[start : start + _CHUNK]
@@ -207,11 +211,12 @@ async def _upsert(conn: Conn, kind: str, items: Sequence[Any], progress: Progres
             progress(kind, min(start + _CHUNK, len(rows)), len(rows))
     updates = [c for c in columns if c not in key]
     column_list = ", ".join(columns)
+    select_list = ", ".join(f"{c}::jsonb" if c == "targeting" else c for c in columns)
     assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in updates)
     changed = " OR ".join(f"{table}.{c} IS DISTINCT FROM EXCLUDED.{c}" for c in updates)
     await conn.execute(
         f"""
-        INSERT INTO {table} ({column_list}) SELECT {column_list} FROM {staging}
+        INSERT INTO {table} ({column_list}) SELECT {select_list} FROM {staging}
         ON CONFLICT ({", ".join(key)}) DO UPDATE SET {assignments}, updated_at = now()
         WHERE {changed}
         """  # noqa: S608 - identifiers come from the fixed table map above

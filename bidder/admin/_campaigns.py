@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response, get, post
+from litestar.params import FromPath
 
 from bidder.admin._common import json_response, path_uuid, read_body
 from bidder.errors import BadRequest, NotFound
@@ -66,7 +67,9 @@ def _check_add(add: Decimal, current: Decimal) -> None:
 
 
 @get("/campaigns/{campaign_id:str}")
-async def get_campaign(request: Request[Any, Any, Any], campaign_id: str) -> Response[bytes]:
+async def get_campaign(
+    request: Request[Any, Any, Any], campaign_id: FromPath[str]
+) -> Response[bytes]:
     campaign_id = path_uuid(campaign_id, "campaign id")
     async with postgres(request) as conn:
         campaign = await fetch_campaign(conn, campaign_id)
@@ -76,7 +79,7 @@ async def get_campaign(request: Request[Any, Any, Any], campaign_id: str) -> Res
 
 
 @post("/campaigns/{campaign_id:str}/budget", status_code=200)
-async def top_up(request: Request[Any, Any, Any], campaign_id: str) -> Response[bytes]:
+async def top_up(request: Request[Any, Any, Any], campaign_id: FromPath[str]) -> Response[bytes]:
     """Add `add_cents` to the campaign's total budget; answers the campaign as GET does."""
     campaign_id = path_uuid(campaign_id, "campaign id")
     body = await read_body(request, TopUp, "budget top-up")

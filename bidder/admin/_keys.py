@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 import msgspec
 from litestar import Request, Response, delete, post
+from litestar.params import FromPath
 
 from bidder.admin._common import json_response, path_uuid, read_body
 from bidder.auth import new_api_key
@@ -60,7 +61,9 @@ async def issue_key(
 
 
 @post("/publishers/{publisher_id:str}/api-keys", status_code=201)
-async def create_key(request: Request[Any, Any, Any], publisher_id: str) -> Response[bytes]:
+async def create_key(
+    request: Request[Any, Any, Any], publisher_id: FromPath[str]
+) -> Response[bytes]:
     publisher_id = path_uuid(publisher_id, "publisher id")
     body = await read_body(request, KeyRequest, "API key request")
     check_expiry(body.expires_at, utcnow())
@@ -76,7 +79,7 @@ async def create_key(request: Request[Any, Any, Any], publisher_id: str) -> Resp
 
 
 @delete("/api-keys/{key_id:str}", status_code=204)
-async def revoke_key(request: Request[Any, Any, Any], key_id: str) -> None:
+async def revoke_key(request: Request[Any, Any, Any], key_id: FromPath[str]) -> None:
     key_id = path_uuid(key_id, "key id")
     async with postgres(request) as conn:
         if not await revoke_api_key(conn, key_id):

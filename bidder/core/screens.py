@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 import msgspec
 from litestar import Request, Response, delete, get, patch, post
+from litestar.params import FromPath
 from msgspec import UNSET, UnsetType
 
 from bidder.core._common import CORE_PREFIX, Caller, authorize, json_object, json_response
@@ -188,7 +189,7 @@ async def register_screen(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 
 @get(f"{SCREENS_PATH}/{{screen_id:str}}")
-async def get_screen(request: Request[Any, Any, Any], screen_id: str) -> Response[bytes]:
+async def get_screen(request: Request[Any, Any, Any], screen_id: FromPath[str]) -> Response[bytes]:
     caller = authorize(request)
     async with postgres(request) as conn:
         screen = await _owned(conn, caller, _screen_id(screen_id))
@@ -196,7 +197,9 @@ async def get_screen(request: Request[Any, Any, Any], screen_id: str) -> Respons
 
 
 @patch(f"{SCREENS_PATH}/{{screen_id:str}}")
-async def update_screen(request: Request[Any, Any, Any], screen_id: str) -> Response[bytes]:
+async def update_screen(
+    request: Request[Any, Any, Any], screen_id: FromPath[str]
+) -> Response[bytes]:
     caller = authorize(request)
     screen_id = _screen_id(screen_id)
     update: ScreenUpdate = _convert(await json_object(request), ScreenUpdate, "screen update")
@@ -209,7 +212,9 @@ async def update_screen(request: Request[Any, Any, Any], screen_id: str) -> Resp
 
 
 @delete(f"{SCREENS_PATH}/{{screen_id:str}}", status_code=200)
-async def deactivate_screen(request: Request[Any, Any, Any], screen_id: str) -> Response[bytes]:
+async def deactivate_screen(
+    request: Request[Any, Any, Any], screen_id: FromPath[str]
+) -> Response[bytes]:
     """Deactivate (never delete: offers and records refer to the screen); answers the screen."""
     caller = authorize(request)
     screen_id = _screen_id(screen_id)

@@ -1,0 +1,323 @@
+"""The `bidder` command: serve, migrate, inventory import/export, API keys, and `dev`.
+
+Every command reads the same validated settings as the service; a settings problem prints every
+problem and exits 2, a refused input exits 1, and neither prints a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO, TypeVar
+
+import asyncpg
+import msgspec
+from granian import Granian
+from granian.constants import HTTPModes, Interfaces, Loops
+from granian.log import LogLevels
+
+from bidder import cli_records
+from bidder.admin import UnknownPublisher, issue_key
+from bidder.runtime import utcnow
+from bidder.settings import Settings, SettingsError, load_settings
+from matching.inventory import InventoryDocument, Problem
+from store.inventory_repo import (
+    InventoryRejected,
+    export_document,
+    import_document,
+    revoke_api_key,
+)
+from store.postgres import migrate
+
+EXIT_REFUSED = 1
+EXIT_SETTINGS = 2
+
+_encoder = msgspec.json.Encoder(decimal_format="number")
+
+T = TypeVar("T")
+
+
+class CommandFailed(Exception):
+    """A command could not do its job; the message says why (exit 1)."""
+
+
+# -- serving ---------------------------------------------------------------------------------
+
+
+def serve(host: str, port: int, workers: int, *, log_level: str = "INFO") -> None:
+    """Run the service under granian: ASGI, uvloop, one event loop per worker process, the app
+    built by `bidder.app:app_from_env` inside each worker."""
+    Granian(
+        "bidder.app:app_from_env",
+        factory=True,
+        address=host,
+        port=port,
+        interface=Interfaces.ASGI,
+        loop=Loops.uvloop,
+        http=HTTPModes.auto,
+        workers=workers,
+        websockets=False,
+        backlog=2048,
+        log_access=False,  # the app writes its own JSON access log, with request ids
+        log_level=LogLevels(log_level.lower()),
+        respawn_failed_workers=True,
+        workers_kill_timeout=30,
+    ).serve()
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    settings = _settings()
+    workers = args.workers or os.cpu_count() or 1
+    serve(args.host, args.port, workers, log_level=settings.log_level)
+    return 0
+
+
+# -- Postgres commands ----------------------------------------------------------------------
+
+
+def _settings() -> Settings:
+    return load_settings()
+
+
+async def _with_connection(
+    settings: Settings, work: Callable[[asyncpg.Connection], Awaitable[T]]
+) -> T:
+    """Run `work` on a connection of its own; Postgres problems become CommandFailed."""
+    try:
+        conn = await asyncpg.connect(settings.database_url, timeout=10)
+    except (OSError, asyncpg.PostgresError) as exc:
+        raise CommandFailed(f"cannot reach Postgres at DATABASE_URL: {exc}") from None
+    try:
+        return await work(conn)
+    except asyncpg.PostgresError as exc:
+        raise CommandFailed(f"Postgres refused the change: {exc}") from None
+    finally:
+        await conn.close()
+
+
+def _cmd_migrate(_: argparse.Namespace) -> int:
+    applied = asyncio.run(_with_connection(_settings(), migrate))
+    print("applied: " + ", ".join(applied) if applied else "schema is up to date")
+    return 0
+
+
+class _ProgressLine:
+    """Progress of an import on a terminal: one line per list, rewritten in place."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.live = out.isatty()
+
+    def __call__(self, kind: str, done: int, total: int) -> None:
+        if self.live:
+            end = "\n" if done >= total else ""
+            self.out.write(f"\r  {kind:<14} {done:>9,} / {total:,}{end}")
+            self.out.flush()
+
+
+def _describe(problem: Problem) -> str:
+    where = f"{problem.list}[{problem.index}]"
+    if problem.id:
+        where += f" (id {problem.id})"
+    return f"{where} {problem.field}: {problem.message}"
+
+
+def read_document(path: Path) -> InventoryDocument:
+    """An inventory document from a JSON file ("-" for stdin), or CommandFailed naming the path
+    inside the document that is wrong."""
+    try:
+        raw = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+    except OSError as exc:
+        raise CommandFailed(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return msgspec.json.decode(raw, type=InventoryDocument)
+    except msgspec.ValidationError as exc:
+        raise CommandFailed(f"{path}: invalid inventory document: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise CommandFailed(f"{path}: not valid JSON: {exc}") from None
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    settings = _settings()
+    started = time.monotonic()
+    doc = read_document(Path(args.file))
+    progress = _ProgressLine(sys.stderr)
+    if progress.live:
+        items = sum(len(getattr(doc, f)) for f in doc.__struct_fields__)
+        sys.stderr.write(f"checking {items:,} items...\n")
+
+    async def work(conn: asyncpg.Connection) -> dict[str, int]:
+        return await import_document(conn, doc, progress)
+
+    try:
+        counts = asyncio.run(_with_connection(settings, work))
+    except InventoryRejected as exc:
+        for problem in exc.problems:
+            print(_describe(problem), file=sys.stderr)
+        raise CommandFailed(
+            f"{len(exc.problems)} problem(s) in {args.file}; nothing was imported"
+        ) from None
+    summary = ", ".join(f"{n:,} {kind}" for kind, n in counts.items() if n)
+    print(f"imported {summary or 'nothing'} in {time.monotonic() - started:.1f}s")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    settings = _settings()
+
+    async def work(conn: asyncpg.Connection) -> InventoryDocument:
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            return await export_document(conn)
+
+    doc = asyncio.run(_with_connection(settings, work))
+    data = msgspec.json.format(_encoder.encode(doc), indent=2) + b"\n"
+    if args.file in (None, "-"):
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        Path(args.file).write_bytes(data)
+        print(f"exported {len(doc.screens):,} screens to {args.file}", file=sys.stderr)
+    return 0
+
+
+def _cmd_keys_create(args: argparse.Namespace) -> int:
+    settings = _settings()
+    expires_at: datetime | None = args.expires_at
+    if expires_at is not None and expires_at <= utcnow():
+        raise CommandFailed("--expires-at must lie in the future")
+
+    async def work(conn: asyncpg.Connection) -> tuple[str, str]:
+        try:
+            created = await issue_key(conn, settings, args.publisher, expires_at)
+        except UnknownPublisher:
+            raise CommandFailed(f"no publisher with id {args.publisher}") from None
+        return created.key_id, created.api_key
+
+    key_id, api_key = asyncio.run(_with_connection(settings, work))
+    print(f"key_id:     {key_id}")
+    print(f"api_key:    {api_key}")
+    print(f"expires_at: {expires_at.isoformat() if expires_at else 'never'}")
+    print("The key is shown only this once; it is stored as a hash.", file=sys.stderr)
+    return 0
+
+
+def _cmd_keys_revoke(args: argparse.Namespace) -> int:
+    settings = _settings()
+
+    async def work(conn: asyncpg.Connection) -> bool:
+        return await revoke_api_key(conn, args.key_id)
+
+    if not asyncio.run(_with_connection(settings, work)):
+        raise CommandFailed(f"no API key with id {args.key_id}")
+    print(f"revoked {args.key_id}; every worker refuses it within 2 seconds")
+    return 0
+
+
+def _cmd_dev(args: argparse.Namespace) -> int:
+    from bidder.dev import run_dev  # noqa: PLC0415 - dev only
+
+    return run_dev(port=args.port)
+
+
+# -- argument parsing ------------------------------------------------------------------------
+
+
+def _uuid(value: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a UUID: {value!r}") from None
+
+
+def _timestamp(value: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 time: {value!r} (e.g. 2027-01-01T00:00:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{value!r} needs a time zone (e.g. Z or +02:00)")
+    return moment
+
+
+def _positive(value: str) -> int:
+    if not value.isdigit() or int(value) <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {value!r}")
+    return int(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bidder",
+        description="Real-time DOOH bidder: Core offer API and legacy OpenRTB 2.6 bridge.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve_cmd = commands.add_parser("serve", help="serve HTTP with granian (production)")
+    serve_cmd.add_argument("--host", default="0.0.0.0")  # noqa: S104 - a server listens
+    serve_cmd.add_argument("--port", type=_positive, default=8000)
+    serve_cmd.add_argument(
+        "--workers", type=_positive, default=None, help="worker processes (default: CPU count)"
+    )
+    serve_cmd.set_defaults(func=_cmd_serve)
+
+    commands.add_parser("migrate", help="apply the pending SQL migrations").set_defaults(
+        run=_cmd_migrate
+    )
+
+    inventory = commands.add_parser("inventory", help="import or export the inventory document")
+    inventory_cmds = inventory.add_subparsers(dest="action", required=True, metavar="ACTION")
+    import_cmd = inventory_cmds.add_parser("import", help="bulk, idempotent upsert from FILE")
+    import_cmd.add_argument("file", metavar="FILE", help="JSON inventory document, - for stdin")
+    import_cmd.set_defaults(func=_cmd_import)
+    export_cmd = inventory_cmds.add_parser("export", help="write the document to FILE or stdout")
+    export_cmd.add_argument("file", metavar="FILE", nargs="?", default=None)
+    export_cmd.set_defaults(func=_cmd_export)
+
+    keys = commands.add_parser("keys", help="publisher API keys")
+    keys_cmds = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create_cmd = keys_cmds.add_parser("create", help="make a key; it is printed once")
+    create_cmd.add_argument("--publisher", type=_uuid, required=True, metavar="ID")
+    create_cmd.add_argument("--expires-at", type=_timestamp, default=None, metavar="ISO")
+    create_cmd.set_defaults(func=_cmd_keys_create)
+    revoke_cmd = keys_cmds.add_parser("revoke", help="revoke a key by its key_id")
+    revoke_cmd.add_argument("key_id", type=_uuid, metavar="KEY_ID")
+    revoke_cmd.set_defaults(func=_cmd_keys_revoke)
+
+    dev = commands.add_parser(
+        "dev", help="local Redis + Postgres, demo inventory and key, serve on 127.0.0.1"
+    )
+    dev.add_argument("--port", type=_positive, default=8000)
+    dev.set_defaults(func=_cmd_dev)
+
+    cli_records.register(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except SettingsError as exc:
+        print("bidder: the settings are not valid:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return EXIT_SETTINGS
+    except CommandFailed as exc:
+        print(f"bidder: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

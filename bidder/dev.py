@@ -1,0 +1,189 @@
+"""`bidder dev`: the whole service on one machine, from nothing, in one command.
+
+Starts real Redis and Postgres from the project's wheels in `.run/dev` (unless REDIS_URL and
+DATABASE_URL are set), migrates, loads the demo inventory, makes (or reuses) a demo API key,
+prints copy-paste curl examples, and serves on 127.0.0.1. Ports, dev secrets and the demo key
+are kept in `.run/dev/dev.json`, so a second run reuses the data and the printed examples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from bidder.auth import hash_key, new_api_key
+from bidder.demo import (
+    EXAMPLE_AUDIENCE,
+    EXAMPLE_EXTERNAL_ID,
+    EXAMPLE_PUBLISHER,
+    EXAMPLE_SCREEN,
+    FIZZY_SUMMER,
+    demo_document,
+)
+from bidder.settings import Settings, load_settings
+from store.inventory_repo import create_api_key, import_document
+from store.local_servers import LocalServerError, LocalServers
+from store.postgres import migrate
+
+DEV_FOLDER = Path(".run/dev")
+
+
+def _load_state(path: Path) -> dict[str, Any]:
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _save_state(path: Path, state: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(state, indent=2) + "\n")
+    path.chmod(0o600)  # holds the dev admin token and the demo key
+
+
+def _start_servers(folder: Path, state: dict[str, Any]) -> LocalServers:
+    """Local servers on the ports of the previous run; on fresh ports when those are taken."""
+    local = LocalServers(folder)
+    try:
+        local.start(redis_port=state.get("redis_port"), postgres_port=state.get("postgres_port"))
+    except LocalServerError:
+        if not state.get("redis_port"):
+            raise
+        print("dev: the previous ports are taken; starting on new ones", file=sys.stderr)
+        local.stop()
+        local.start()
+    assert local.redis is not None
+    assert local.postgres is not None
+    state["redis_port"], state["postgres_port"] = local.redis.port, local.postgres.port
+    return local
+
+
+def _dev_environment(state: dict[str, Any], port: int) -> None:
+    """Dev defaults for what production must configure; kept across runs in the state file."""
+    state.setdefault("admin_token", "dev-admin-" + secrets.token_urlsafe(24))
+    state.setdefault("signing_secret", "dev-signing-" + secrets.token_urlsafe(24))
+    os.environ.setdefault("ADMIN_TOKEN", state["admin_token"])
+    os.environ.setdefault("SIGNING_SECRETS", state["signing_secret"])
+    os.environ.setdefault("PUBLIC_BASE_URL", f"http://127.0.0.1:{port}")
+    os.environ.setdefault("BIDDER_ENV", "staging")
+
+
+async def _prepare(settings: Settings, state: dict[str, Any]) -> str:
+    """Migrate, load the demo inventory, and return a working demo API key (the one of the
+    previous run while it is still valid)."""
+    conn = await asyncpg.connect(settings.database_url, timeout=30)
+    try:
+        await migrate(conn)
+        await import_document(conn, demo_document())
+        previous = state.get("api_key")
+        if isinstance(previous, str) and previous.startswith(settings.key_prefix):
+            alive = await conn.fetchval(
+                """SELECT count(*) FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL
+                   AND (expires_at IS NULL OR expires_at > now())""",
+                hash_key(previous),
+            )
+            if alive:
+                return previous
+        api_key, key_hash = new_api_key(settings.key_prefix)
+        await create_api_key(
+            conn, EXAMPLE_PUBLISHER, key_hash, settings.key_prefix, settings.environment, None
+        )
+        return api_key
+    finally:
+        await conn.close()
+
+
+def examples(base: str, api_key: str, admin_token: str) -> str:
+    """The copy-paste block printed at start (and mirrored in the README)."""
+    bid = {
+        "id": "auction-1",
+        "at": 3,
+        "imp": [
+            {
+                "id": "1",
+                "tagid": EXAMPLE_EXTERNAL_ID,
+                "video": {"w": 1920, "h": 1080, "mimes": ["video/mp4"]},
+                "pmp": {"deals": [{"id": "pmp-deal-1", "bidfloor": 2.0, "at": 3}]},
+                "qty": {"multiplier": float(EXAMPLE_AUDIENCE)},
+            }
+        ],
+    }
+
+    def field(name: str) -> str:
+        return f"python3 -c 'import json,sys; print(json.load(sys.stdin)[\"{name}\"])'"
+
+    auth = '-H "Authorization: Bearer $API_KEY"'
+    post = f'-X POST {auth} -H "Content-Type: application/json"'
+    return f"""
+  export API_KEY={api_key}
+  export ADMIN_TOKEN={admin_token}
+  export BASE={base}
+
+  # Core API: an offer for a screen, accept it, confirm the playout
+  curl -s {auth} $BASE/functions/v1/api/offers/request/{EXAMPLE_SCREEN}
+  OFFER_ID=$(curl -s {auth} $BASE/functions/v1/api/offers/request/{EXAMPLE_SCREEN} \\
+      | {field("offer_id")})
+  DEAL_ID=$(curl -s {post} -d '{{"action": "accept", "accepted_price_cents": 29.8675}}' \\
+      $BASE/functions/v1/api/offers/response/$OFFER_ID | {field("deal_id")})
+  curl -s {post} -d '{{"duration_seconds": 15, "completion_rate": 100}}' \\
+      $BASE/functions/v1/api/playout/confirm/$DEAL_ID
+
+  # Demo mode (stores nothing)
+  curl -s {auth} $BASE/functions/v1/api/offers/request/test-display-test
+
+  # Your screens (publisher key)
+  curl -s {auth} "$BASE/functions/v1/api/screens?limit=2"
+
+  # OpenRTB 2.6 (deprecated): a bid for screen {EXAMPLE_EXTERNAL_ID}
+  curl -s {post} $BASE/functions/v1/openrtb-2-6/bid \\
+      -d '{json.dumps(bid)}'
+
+  # Admin API (operator token)
+  curl -s -H "Authorization: Bearer $ADMIN_TOKEN" $BASE/admin/v1/inventory
+  curl -s -H "Authorization: Bearer $ADMIN_TOKEN" $BASE/admin/v1/campaigns/{FIZZY_SUMMER}
+"""
+
+
+def run_dev(port: int) -> int:
+    """Prepare everything, serve until Ctrl-C, then stop the local servers cleanly."""
+    from bidder.cli import CommandFailed, serve  # noqa: PLC0415 - cli imports this lazily
+
+    DEV_FOLDER.mkdir(parents=True, exist_ok=True)
+    state_file = DEV_FOLDER / "dev.json"
+    state = _load_state(state_file)
+    local: LocalServers | None = None
+    try:
+        if not (os.environ.get("REDIS_URL") and os.environ.get("DATABASE_URL")):
+            print(f"dev: starting Redis and Postgres in {DEV_FOLDER}/ ...", file=sys.stderr)
+            local = _start_servers(DEV_FOLDER, state)
+            assert local.redis is not None
+            assert local.postgres is not None
+            os.environ.setdefault("REDIS_URL", local.redis.url)
+            os.environ.setdefault("DATABASE_URL", local.postgres.url)
+        _dev_environment(state, port)
+        settings = load_settings()
+        try:
+            api_key = asyncio.run(_prepare(settings, state))
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise CommandFailed(f"dev: preparing Postgres failed: {exc}") from None
+        state["api_key"] = api_key
+        _save_state(state_file, state)
+        base = f"http://127.0.0.1:{port}"
+        print(f"\nbidder dev: serving {base} (Ctrl-C stops everything)")
+        print(f"demo API key (publisher Metro Transit Media): {api_key}")
+        print(f"admin token: {settings.admin_token}")
+        print(examples(base, api_key, settings.admin_token), flush=True)
+        serve("127.0.0.1", port, 1, log_level=settings.log_level)
+    finally:
+        if local is not None:
+            print("dev: stopping Redis and Postgres", file=sys.stderr)
+            local.stop()
+    return 0

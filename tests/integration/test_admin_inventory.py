@@ -1,0 +1,285 @@
+"""Admin API: the operator token, and the inventory document (PUT all or nothing, GET round
+trip)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import ADMIN_TOKEN, ServerUrls
+from tests.factories import ADV, CAMPAIGN, PUB, PUB_OTHER, SCREEN_MOVING, make_key, uid
+from tests.integration._admin_helpers import ADMIN, Client, parsed, started_client
+
+
+@pytest.fixture
+async def app_client(servers: ServerUrls, clean: None) -> AsyncIterator[Client]:
+    async for client in started_client(servers):
+        yield client
+
+
+def full_document() -> dict[str, Any]:
+    """Every list, every field given explicitly (optional ones too), lists in id order: what GET
+    must give back unchanged."""
+    return {
+        "publishers": [
+            {
+                "id": PUB,
+                "name": "Metro Screens",
+                "commission_rate": 0.15,
+                "external_ids_enabled": True,
+            },
+            {
+                "id": PUB_OTHER,
+                "name": "Mall Media",
+                "commission_rate": 0.2,
+                "external_ids_enabled": False,
+            },
+        ],
+        "advertisers": [{"id": ADV, "name": "Fizzy Drinks", "domain": "fizzy.example"}],
+        "billing_codes": [{"advertiser_id": ADV, "publisher_id": PUB, "code": "BILL-FIZZY-1"}],
+        "screens": [
+            {
+                "id": SCREEN_MOVING,
+                "publisher_id": PUB,
+                "name": "Central Station 1",
+                "type": "moving",
+                "width": 1920,
+                "height": 1080,
+                "external_id": "ext-1",
+                "audience_per_play": 119.47,
+                "venue_type": "transit.train_station",
+                "timezone": "Europe/Berlin",
+                "lat": 52.525,
+                "lon": 13.369,
+                "active": True,
+            },
+            {
+                "id": uid(2, 3),
+                "publisher_id": PUB_OTHER,
+                "name": "Kiosk",
+                "type": "static",
+                "width": 1080,
+                "height": 1920,
+                "external_id": None,
+                "audience_per_play": 1,
+                "venue_type": None,
+                "timezone": "UTC",
+                "lat": None,
+                "lon": None,
+                "active": False,
+            },
+        ],
+        "campaigns": [
+            {
+                "id": CAMPAIGN,
+                "advertiser_id": ADV,
+                "name": "Summer",
+                "status": "active",
+                "cpm_cents": 250.5,
+                "budget_cents": 100000,
+                "daily_budget_cents": 5000.25,
+                "start_at": "2026-01-01T00:00:00Z",
+                "end_at": "2027-01-01T00:00:00Z",
+                "max_plays_per_screen_per_hour": 4,
+                "targeting": {
+                    "publisher_ids": [PUB],
+                    "screen_types": ["moving", "slow"],
+                    "venue_types": ["transit.train_station"],
+                    "dayparts": [{"days": [0, 1, 2, 3, 4], "start_hour": 7, "end_hour": 10}],
+                },
+            },
+            {
+                "id": uid(2, 4),
+                "advertiser_id": ADV,
+                "name": "Winter",
+                "status": "paused",
+                "cpm_cents": 100,
+                "budget_cents": 0.000001,
+                "daily_budget_cents": None,
+                "start_at": None,
+                "end_at": None,
+                "max_plays_per_screen_per_hour": None,
+                "targeting": {},
+            },
+        ],
+        "creatives": [
+            {
+                "id": uid(1, 5),
+                "campaign_id": CAMPAIGN,
+                "url": "https://cdn.example/summer.mp4",
+                "kind": "video",
+                "width": 1920,
+                "height": 1080,
+                "duration_seconds": 15,
+                "approved": True,
+            },
+            {
+                "id": uid(2, 5),
+                "campaign_id": uid(2, 4),
+                "url": "https://cdn.example/winter.gif?v=2",
+                "kind": "cinemagraph",
+                "width": 1080,
+                "height": 1920,
+                "duration_seconds": 6,
+                "approved": False,
+            },
+        ],
+    }
+
+
+def as_sent(doc: dict[str, Any]) -> Any:
+    return parsed(json.dumps(doc).encode())
+
+
+async def put_doc(client: Client, doc: Any) -> Any:
+    body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    return await client.put(
+        "/admin/v1/inventory",
+        content=body,
+        headers={**ADMIN, "Content-Type": "application/json"},
+    )
+
+
+ADMIN_ENDPOINTS = [
+    ("GET", "/admin/v1/inventory"),
+    ("PUT", "/admin/v1/inventory"),
+    ("POST", f"/admin/v1/publishers/{PUB}/api-keys"),
+    ("DELETE", f"/admin/v1/api-keys/{uid(9, 9)}"),
+    ("GET", f"/admin/v1/campaigns/{CAMPAIGN}"),
+    ("POST", f"/admin/v1/campaigns/{CAMPAIGN}/budget"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), ADMIN_ENDPOINTS)
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Bearer wrong-token-0123456789", f"Basic {ADMIN_TOKEN}", f"Bearer {ADMIN_TOKEN}x"],
+)
+async def test_every_admin_endpoint_refuses_a_missing_or_wrong_token(
+    app_client: Client, method: str, path: str, authorization: str | None
+) -> None:
+    headers = {} if authorization is None else {"Authorization": authorization}
+    response = await app_client.request(method, path, headers=headers, content=b"{}")
+    assert response.status_code == 401
+    assert set(response.json()) == {"error"}
+
+
+async def test_a_publisher_key_is_not_an_admin_token(app_client: Client, settings: Any) -> None:
+    await put_doc(app_client, full_document())
+    key = await make_key(settings.database_url)
+    response = await app_client.get(
+        "/admin/v1/inventory", headers={"Authorization": f"Bearer {key}"}
+    )
+    assert response.status_code == 401
+
+
+async def test_put_then_get_returns_the_document_unchanged(app_client: Client) -> None:
+    doc = full_document()
+    response = await put_doc(app_client, doc)
+    assert response.status_code == 200, response.text
+    assert response.json() == {
+        "counts": {
+            "publishers": 2,
+            "advertisers": 1,
+            "billing_codes": 1,
+            "screens": 2,
+            "campaigns": 2,
+            "creatives": 2,
+        }
+    }
+    exported = await app_client.get("/admin/v1/inventory", headers=ADMIN)
+    assert exported.status_code == 200
+    assert parsed(exported.content) == as_sent(doc)
+
+
+async def test_put_is_idempotent_and_upserts(app_client: Client) -> None:
+    doc = full_document()
+    assert (await put_doc(app_client, doc)).status_code == 200
+    assert (await put_doc(app_client, doc)).status_code == 200
+    changed = copy.deepcopy(doc)
+    changed["publishers"][0]["name"] = "Metro Screens Renamed"
+    changed["billing_codes"][0]["code"] = "BILL-FIZZY-2"
+    # A partial document touches only what it names.
+    partial = {"publishers": changed["publishers"], "billing_codes": changed["billing_codes"]}
+    assert (await put_doc(app_client, partial)).status_code == 200
+    exported = await app_client.get("/admin/v1/inventory", headers=ADMIN)
+    assert parsed(exported.content) == as_sent(changed)
+
+
+async def test_an_invalid_document_lists_every_problem_and_applies_nothing(
+    app_client: Client,
+) -> None:
+    assert (await put_doc(app_client, full_document())).status_code == 200
+    before = (await app_client.get("/admin/v1/inventory", headers=ADMIN)).content
+
+    bad = full_document()
+    bad["publishers"][0]["name"] = "Renamed, but must not be applied"
+    bad["publishers"][1]["commission_rate"] = 1.5  # decisions 2: 0..1
+    bad["screens"][0]["width"] = 0  # pixels must be positive
+    bad["screens"][1]["timezone"] = "Mars/Olympus_Mons"  # not IANA
+    bad["campaigns"][1]["advertiser_id"] = uid(99, 2)  # no such advertiser
+    bad["creatives"][1]["url"] = "https://cdn.example/winter.bmp"  # unknown extension
+    response = await put_doc(app_client, bad)
+
+    assert response.status_code == 400
+    body = response.json()
+    assert isinstance(body["error"], str)
+    found = {(p["list"], p["index"], p["id"], p["field"]) for p in body["problems"]}
+    assert found == {
+        ("publishers", 1, PUB_OTHER, "commission_rate"),
+        ("screens", 0, SCREEN_MOVING, "width"),
+        ("screens", 1, uid(2, 3), "timezone"),
+        ("campaigns", 1, uid(2, 4), "advertiser_id"),
+        ("creatives", 1, uid(2, 5), "url"),
+    }
+    assert all(p["message"] for p in body["problems"])
+    after = (await app_client.get("/admin/v1/inventory", headers=ADMIN)).content
+    assert parsed(after) == parsed(before)
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[]", "Expected `object`"),
+        (b'{"screenz": []}', "screenz"),
+        (
+            json.dumps({"publishers": [{"id": PUB, "name": "X", "colour": "red"}]}).encode(),
+            "$.publishers[0]",
+        ),
+        (
+            json.dumps({"screens": [{**full_document()["screens"][0], "width": "wide"}]}).encode(),
+            "$.screens[0].width",
+        ),
+        (
+            json.dumps({"screens": [{**full_document()["screens"][0], "type": "huge"}]}).encode(),
+            "$.screens[0].type",
+        ),
+        (json.dumps({"publishers": [{"id": PUB}]}).encode(), "name"),
+    ],
+)
+async def test_malformed_or_mistyped_documents_get_400_naming_the_path(
+    app_client: Client, body: bytes, fragment: str
+) -> None:
+    response = await put_doc(app_client, body)
+    assert response.status_code == 400
+    assert fragment in response.json()["error"]
+
+
+async def test_a_large_document_is_accepted(app_client: Client) -> None:
+    """Over the 1 MB limit of the rest of the service: the inventory route takes more."""
+    doc = full_document()
+    template = doc["screens"][1]
+    doc["screens"] = [
+        {**template, "id": uid(1000 + n, 3), "name": f"Screen {n:05d} " + "x" * 40}
+        for n in range(12_000)
+    ]
+    body = json.dumps(doc).encode()
+    assert len(body) > 1_000_000
+    response = await put_doc(app_client, body)
+    assert response.status_code == 200, response.text
+    assert response.json()["counts"]["screens"] == 12_000
