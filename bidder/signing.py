@@ -33,4 +33,9 @@ def verify(
     token = params.get(SIGNATURE_PARAM)
     if not token or any(name not in params for name in signed):
         return False
-    return any(hmac.compare_digest(token, sign(secret, path, params, signed)) for secret in secrets)
+    # Compared as bytes: compare_digest refuses str with non-ASCII characters (a forged token).
+    given = token.encode()
+    return any(
+        hmac.compare_digest(given, sign(secret, path, params, signed).encode())
+        for secret in secrets
+    )

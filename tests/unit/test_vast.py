@@ -202,3 +202,12 @@ def test_old_secret_still_verifies_a_url_it_signed(settings: Settings) -> None:
 )
 def test_duration_is_hh_mm_ss(seconds: int, expected: str) -> None:
     assert duration_hms(seconds) == expected
+
+
+def test_a_non_ascii_token_is_refused_not_an_error(settings: Settings) -> None:
+    impression, _ = tracking_urls(settings, OFFER, PUB, SCR, NOW_MS, openrtb=False)
+    params = {k: v[0] for k, v in parse_qs(urlsplit(impression).query).items()}
+    signed = ["offer_id", "event", "pub", "scr", "ts"]
+    assert not verify(
+        settings.signing_secrets, "/functions/v1/track", {**params, "token": "é"}, signed
+    )
