@@ -34,7 +34,7 @@ from store.inventory_repo import (
     import_document,
     revoke_api_key,
 )
-from store.postgres import migrate
+from store.postgres import Conn, create_pool, migrate
 
 EXIT_REFUSED = 1
 EXIT_SETTINGS = 2
@@ -86,20 +86,20 @@ def _settings() -> Settings:
     return load_settings()
 
 
-async def _with_connection(
-    settings: Settings, work: Callable[[asyncpg.Connection], Awaitable[T]]
-) -> T:
-    """Run `work` on a connection of its own; Postgres problems become CommandFailed."""
+async def _with_connection(settings: Settings, work: Callable[[Conn], Awaitable[T]]) -> T:
+    """Run `work` on a connection set up like the service's (jsonb as Python objects);
+    Postgres problems become CommandFailed."""
     try:
-        conn = await asyncpg.connect(settings.database_url, timeout=10)
+        pool = await create_pool(settings.database_url, min_size=1, max_size=1)
     except (OSError, asyncpg.PostgresError) as exc:
         raise CommandFailed(f"cannot reach Postgres at DATABASE_URL: {exc}") from None
     try:
-        return await work(conn)
+        async with pool.acquire() as conn:
+            return await work(conn)
     except asyncpg.PostgresError as exc:
         raise CommandFailed(f"Postgres refused the change: {exc}") from None
     finally:
-        await conn.close()
+        await pool.close()
 
 
 def _cmd_migrate(_: argparse.Namespace) -> int:
@@ -153,7 +153,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         items = sum(len(getattr(doc, f)) for f in doc.__struct_fields__)
         sys.stderr.write(f"checking {items:,} items...\n")
 
-    async def work(conn: asyncpg.Connection) -> dict[str, int]:
+    async def work(conn: Conn) -> dict[str, int]:
         return await import_document(conn, doc, progress)
 
     try:
@@ -172,7 +172,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     settings = _settings()
 
-    async def work(conn: asyncpg.Connection) -> InventoryDocument:
+    async def work(conn: Conn) -> InventoryDocument:
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             return await export_document(conn)
 
@@ -193,7 +193,7 @@ def _cmd_keys_create(args: argparse.Namespace) -> int:
     if expires_at is not None and expires_at <= utcnow():
         raise CommandFailed("--expires-at must lie in the future")
 
-    async def work(conn: asyncpg.Connection) -> tuple[str, str]:
+    async def work(conn: Conn) -> tuple[str, str]:
         try:
             created = await issue_key(conn, settings, args.publisher, expires_at)
         except UnknownPublisher:
@@ -211,7 +211,7 @@ def _cmd_keys_create(args: argparse.Namespace) -> int:
 def _cmd_keys_revoke(args: argparse.Namespace) -> int:
     settings = _settings()
 
-    async def work(conn: asyncpg.Connection) -> bool:
+    async def work(conn: Conn) -> bool:
         return await revoke_api_key(conn, args.key_id)
 
     if not asyncio.run(_with_connection(settings, work)):

@@ -30,7 +30,7 @@ from bidder.demo import (
 from bidder.settings import Settings, load_settings
 from store.inventory_repo import create_api_key, import_document
 from store.local_servers import LocalServerError, LocalServers
-from store.postgres import migrate
+from store.postgres import Conn, create_pool, migrate
 
 DEV_FOLDER = Path(".run/dev")
 
@@ -79,26 +79,31 @@ def _dev_environment(state: dict[str, Any], port: int) -> None:
 async def _prepare(settings: Settings, state: dict[str, Any]) -> str:
     """Migrate, load the demo inventory, and return a working demo API key (the one of the
     previous run while it is still valid)."""
-    conn = await asyncpg.connect(settings.database_url, timeout=30)
+    pool = await create_pool(settings.database_url, min_size=1, max_size=1)
     try:
-        await migrate(conn)
-        await import_document(conn, demo_document())
-        previous = state.get("api_key")
-        if isinstance(previous, str) and previous.startswith(settings.key_prefix):
-            alive = await conn.fetchval(
-                """SELECT count(*) FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL
-                   AND (expires_at IS NULL OR expires_at > now())""",
-                hash_key(previous),
-            )
-            if alive:
-                return previous
-        api_key, key_hash = new_api_key(settings.key_prefix)
-        await create_api_key(
-            conn, EXAMPLE_PUBLISHER, key_hash, settings.key_prefix, settings.environment, None
-        )
-        return api_key
+        async with pool.acquire() as conn:
+            return await _prepare_on(conn, settings, state)
     finally:
-        await conn.close()
+        await pool.close()
+
+
+async def _prepare_on(conn: Conn, settings: Settings, state: dict[str, Any]) -> str:
+    await migrate(conn)
+    await import_document(conn, demo_document())
+    previous = state.get("api_key")
+    if isinstance(previous, str) and previous.startswith(settings.key_prefix):
+        alive = await conn.fetchval(
+            """SELECT count(*) FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL
+               AND (expires_at IS NULL OR expires_at > now())""",
+            hash_key(previous),
+        )
+        if alive:
+            return previous
+    api_key, key_hash = new_api_key(settings.key_prefix)
+    await create_api_key(
+        conn, EXAMPLE_PUBLISHER, key_hash, settings.key_prefix, settings.environment, None
+    )
+    return api_key
 
 
 def examples(base: str, api_key: str, admin_token: str) -> str:
