@@ -1,0 +1,273 @@
+"""Admin API: publisher API keys (create, revoke, effective on every worker within 2 s) and
+campaign budgets (live figures from Redis, top-ups)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+import pytest
+
+from bidder.auth import authenticate
+from bidder.errors import Unauthorized
+from store.hot import HotState, connect
+from tests.conftest import ServerUrls, wait_for_inventory
+from tests.factories import CAMPAIGN, PUB, SCREEN_MOVING, basic_document, make_key, seed, uid
+from tests.integration._admin_helpers import ADMIN, Client, bearer, parsed, started_client
+
+
+@pytest.fixture
+async def app_client(servers: ServerUrls, clean: None) -> AsyncIterator[Client]:
+    await seed(servers.database_url, basic_document())
+    async for client in started_client(servers):
+        await wait_for_inventory(client)
+        yield client
+
+
+@pytest.fixture
+async def second_worker(servers: ServerUrls, app_client: Client) -> AsyncIterator[Client]:
+    """Another worker on the same servers: its own runtime, snapshot and reload loop."""
+    async for client in started_client(servers):
+        yield client
+
+
+async def screens_status(client: Client, key: str) -> int:
+    response = await client.get("/functions/v1/api/screens", headers=bearer(key))
+    return response.status_code
+
+
+async def wait_for_status(client: Client, key: str, status: int, within: float = 2.0) -> float:
+    """Seconds until the screens endpoint answers `status` for `key`; fails after `within`."""
+    started = time.monotonic()
+    while time.monotonic() - started < within:
+        if await screens_status(client, key) == status:
+            return time.monotonic() - started
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"still not {status} after {within} s")
+
+
+# -- API keys ---------------------------------------------------------------------------------
+
+
+async def test_create_a_key_and_it_works_on_every_worker(
+    app_client: Client, second_worker: Client, servers: ServerUrls
+) -> None:
+    response = await app_client.post(f"/admin/v1/publishers/{PUB}/api-keys", headers=ADMIN)
+    assert response.status_code == 201
+    body = response.json()
+    assert set(body) == {"key_id", "api_key", "expires_at"}
+    uuid.UUID(body["key_id"])
+    assert body["api_key"].startswith("dk_stg_")  # the staging environment's prefix
+    assert body["expires_at"] is None
+    assert response.headers["cache-control"] == "no-store"
+
+    await wait_for_status(app_client, body["api_key"], 200)
+    await wait_for_status(second_worker, body["api_key"], 200)
+
+    # Stored as a hash only.
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        row = await conn.fetchrow(
+            "SELECT * FROM api_keys WHERE key_id = $1", uuid.UUID(body["key_id"])
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    assert bytes(row["key_hash"]) == hashlib.sha256(body["api_key"].encode()).digest()
+    assert body["api_key"] not in {str(v) for v in dict(row).values()}
+
+
+async def test_a_revoked_key_stops_working_on_every_worker_within_2_seconds(
+    app_client: Client, second_worker: Client
+) -> None:
+    created = (await app_client.post(f"/admin/v1/publishers/{PUB}/api-keys", headers=ADMIN)).json()
+    key = created["api_key"]
+    await wait_for_status(app_client, key, 200)
+    await wait_for_status(second_worker, key, 200)
+
+    revoked = await app_client.delete(f"/admin/v1/api-keys/{created['key_id']}", headers=ADMIN)
+    assert revoked.status_code == 204
+    assert revoked.content == b""
+
+    await wait_for_status(second_worker, key, 401, within=2.0)
+    await wait_for_status(app_client, key, 401, within=2.0)
+    snapshot = second_worker.app.state.runtime.snapshot
+    with pytest.raises(Unauthorized):
+        authenticate(f"Bearer {key}", snapshot, "dk_stg_", datetime.now(UTC))
+    # Revoking again finds the key (it exists) and changes nothing.
+    again = await app_client.delete(f"/admin/v1/api-keys/{created['key_id']}", headers=ADMIN)
+    assert again.status_code == 204
+
+
+async def test_a_key_with_an_expiry(app_client: Client) -> None:
+    expires = (datetime.now(UTC) + timedelta(days=30)).replace(microsecond=0)
+    response = await app_client.post(
+        f"/admin/v1/publishers/{PUB}/api-keys",
+        headers=ADMIN,
+        json={"expires_at": expires.isoformat().replace("+00:00", "Z")},
+    )
+    assert response.status_code == 201
+    assert datetime.fromisoformat(response.json()["expires_at"]) == expires
+    await wait_for_status(app_client, response.json()["api_key"], 200)
+
+
+async def test_an_expired_key_does_not_work(app_client: Client) -> None:
+    expires = datetime.now(UTC) + timedelta(seconds=1.5)
+    response = await app_client.post(
+        f"/admin/v1/publishers/{PUB}/api-keys",
+        headers=ADMIN,
+        json={"expires_at": expires.isoformat()},
+    )
+    key = response.json()["api_key"]
+    await asyncio.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()))
+    assert await screens_status(app_client, key) == 401
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status"),
+    [
+        (f"/admin/v1/publishers/{uid(77, 1)}/api-keys", None, 404),
+        ("/admin/v1/publishers/not-a-uuid/api-keys", None, 400),
+        (f"/admin/v1/publishers/{PUB}/api-keys", b"{oops", 400),
+        (f"/admin/v1/publishers/{PUB}/api-keys", b'{"expires_at": "next week"}', 400),
+        (f"/admin/v1/publishers/{PUB}/api-keys", b'{"expires_at": "2020-01-01T00:00:00Z"}', 400),
+        (f"/admin/v1/publishers/{PUB}/api-keys", b'{"expires_at": "2099-01-01T00:00:00"}', 400),
+        (f"/admin/v1/publishers/{PUB}/api-keys", b'{"expires": "2099-01-01T00:00:00Z"}', 400),
+        (f"/admin/v1/publishers/{PUB}/api-keys", b'"2099-01-01T00:00:00Z"', 400),
+    ],
+)
+async def test_key_creation_refusals(
+    app_client: Client, path: str, body: bytes | None, status: int
+) -> None:
+    response = await app_client.post(path, headers=ADMIN, content=body)
+    assert response.status_code == status
+    assert isinstance(response.json()["error"], str)
+
+
+@pytest.mark.parametrize(("key_id", "status"), [(uid(5, 9), 404), ("nope", 400), ("1234", 400)])
+async def test_revoking_an_unknown_or_malformed_key_id(
+    app_client: Client, key_id: str, status: int
+) -> None:
+    response = await app_client.delete(f"/admin/v1/api-keys/{key_id}", headers=ADMIN)
+    assert response.status_code == status
+    assert isinstance(response.json()["error"], str)
+
+
+# -- campaigns and budgets --------------------------------------------------------------------
+
+
+async def test_a_campaign_with_its_live_budget(app_client: Client, servers: ServerUrls) -> None:
+    # One offer through the Core API: cpm 250 cents x audience 10 / 1000 = 2.5 cents reserved
+    # (decisions 3), so the live figures differ from the stored total.
+    key = await make_key(servers.database_url)
+    await wait_for_inventory(app_client)
+    offer = await app_client.get(
+        f"/functions/v1/api/offers/request/{SCREEN_MOVING}", headers=bearer(key)
+    )
+    assert offer.status_code == 200, offer.text
+    assert parsed(offer.content)["bid_price_cents"] == Decimal("2.5")
+
+    response = await app_client.get(f"/admin/v1/campaigns/{CAMPAIGN}", headers=ADMIN)
+    assert response.status_code == 200
+    body = parsed(response.content)
+    assert body["id"] == CAMPAIGN
+    assert body["status"] == "active"
+    assert body["cpm_cents"] == Decimal("250")
+    assert body["budget_cents"] == Decimal("100000")
+    assert body["targeting"] == {}
+    assert body["budget"] == {
+        "total_cents": Decimal("100000"),
+        "reserved_cents": Decimal("2.5"),
+        "spent_cents": Decimal("0"),
+        "remaining_cents": Decimal("99997.5"),
+    }
+
+
+async def test_a_top_up_raises_the_total_at_once_and_in_postgres(
+    app_client: Client, servers: ServerUrls
+) -> None:
+    response = await app_client.post(
+        f"/admin/v1/campaigns/{CAMPAIGN}/budget", headers=ADMIN, json={"add_cents": 250.000001}
+    )
+    assert response.status_code == 200
+    body = parsed(response.content)
+    assert body["budget_cents"] == Decimal("100250.000001")
+    assert body["budget"]["total_cents"] == Decimal("100250.000001")
+    assert body["budget"]["remaining_cents"] == Decimal("100250.000001")
+
+    again = await app_client.post(
+        f"/admin/v1/campaigns/{CAMPAIGN}/budget", headers=ADMIN, content=b'{"add_cents": "0.5"}'
+    )
+    assert again.status_code == 200
+    shown = parsed((await app_client.get(f"/admin/v1/campaigns/{CAMPAIGN}", headers=ADMIN)).content)
+    assert shown["budget"]["total_cents"] == Decimal("100250.500001")
+
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        stored = await conn.fetchval(
+            "SELECT budget_cents FROM campaigns WHERE id = $1", uuid.UUID(CAMPAIGN)
+        )
+    finally:
+        await conn.close()
+    assert stored == Decimal("100250.500001")
+    # After the reload every worker's budget view carries the new total (micro-cents).
+    redis = connect(servers.redis_url, timeout=2.0)
+    try:
+        budgets = await HotState(redis).read_budgets(datetime.now(UTC))
+    finally:
+        await redis.aclose()
+    assert budgets[CAMPAIGN].total == 100_250_500_001
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"add_cents": 0}',
+        b'{"add_cents": -5}',
+        b'{"add_cents": "abc"}',
+        b'{"add_cents": true}',
+        b'{"add_cents": 0.0000001}',
+        b'{"add_cents": 9000000001}',
+        b'{"add": 5}',
+        b"{}",
+        b"",
+        b"{broken",
+        b"[1]",
+    ],
+)
+async def test_refused_top_ups_change_nothing(app_client: Client, body: bytes) -> None:
+    response = await app_client.post(
+        f"/admin/v1/campaigns/{CAMPAIGN}/budget", headers=ADMIN, content=body
+    )
+    assert response.status_code == 400
+    assert isinstance(response.json()["error"], str)
+    shown: Any = parsed(
+        (await app_client.get(f"/admin/v1/campaigns/{CAMPAIGN}", headers=ADMIN)).content
+    )
+    assert shown["budget_cents"] == Decimal("100000")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", f"/admin/v1/campaigns/{uid(42, 4)}", 404),
+        ("POST", f"/admin/v1/campaigns/{uid(42, 4)}/budget", 404),
+        ("GET", "/admin/v1/campaigns/summer", 400),
+        ("POST", "/admin/v1/campaigns/summer/budget", 400),
+    ],
+)
+async def test_unknown_or_malformed_campaign_ids(
+    app_client: Client, method: str, path: str, status: int
+) -> None:
+    response = await app_client.request(
+        method, path, headers=ADMIN, content=b'{"add_cents": 1}' if method == "POST" else None
+    )
+    assert response.status_code == status
+    assert isinstance(response.json()["error"], str)
