@@ -69,6 +69,14 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+def _raise_if_cancelled() -> None:
+    """redis-py can turn a cancellation that lands mid-command into a ConnectionError; a loop
+    that retries on ConnectionError would then never stop. Honour the pending cancel."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class WriterMetrics(Protocol):
     """The collectors the writer feeds (bidder.observability.Metrics has them)."""
 
@@ -361,9 +369,11 @@ class RecordWriter:
         failing_since: float | None = None
         self._handled.clear()
         while True:
+            _raise_if_cancelled()
             try:
                 await self.process(batch)
             except (PostgresUnavailable, RedisError, OSError) as exc:
+                _raise_if_cancelled()
                 if failing_since is None:
                     failing_since = time.monotonic()
                     log.warning(
@@ -399,16 +409,19 @@ class RecordWriter:
         unacknowledged entries stay pending and are reclaimed."""
         delay = _BACKOFF_START_S
         while True:
+            _raise_if_cancelled()
             try:
                 await self.step()
                 delay = _BACKOFF_START_S
             except (RedisError, OSError) as exc:
+                _raise_if_cancelled()
                 log.warning("record queue unreachable", extra={"error": type(exc).__name__})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _BACKOFF_CAP_S)
             except asyncio.CancelledError:
                 raise
             except Exception:
+                _raise_if_cancelled()
                 log.exception("record writer failed, retrying")
                 await asyncio.sleep(_BACKOFF_CAP_S)
 
