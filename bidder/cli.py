@@ -270,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.set_defaults(func=_cmd_serve)
 
     commands.add_parser("migrate", help="apply the pending SQL migrations").set_defaults(
-        run=_cmd_migrate
+        func=_cmd_migrate
     )
 
     inventory = commands.add_parser("inventory", help="import or export the inventory document")

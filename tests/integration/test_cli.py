@@ -1,0 +1,252 @@
+"""The `bidder` command, run as a real process against the test servers: migrate, inventory
+import/export (round trip unchanged, refusals, 100,000 screens in seconds), keys, settings."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import msgspec
+import pytest
+
+from bidder.demo import demo_document
+from tests.conftest import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls
+from tests.factories import PUB, uid
+from tests.integration._admin_helpers import parsed
+from tests.integration.test_admin_inventory import full_document
+
+
+def cli_env(servers: ServerUrls, **overrides: str) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "ADMIN_TOKEN")
+    }
+    env.update(
+        DATABASE_URL=servers.database_url,
+        REDIS_URL=servers.redis_url,
+        ADMIN_TOKEN=ADMIN_TOKEN,
+        SIGNING_SECRETS=SIGNING_SECRETS,
+        BIDDER_ENV="staging",
+    )
+    env.update(overrides)
+    return env
+
+
+async def bidder(
+    env: dict[str, str], *args: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run `bidder ARGS` (this interpreter, `python -m bidder.cli`) and wait for it."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bidder.cli", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+
+
+async def fetchval(servers: ServerUrls, sql: str, *params: Any) -> Any:
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        return await conn.fetchval(sql, *params)
+    finally:
+        await conn.close()
+
+
+async def test_migrate_is_applied_once(servers: ServerUrls, clean: None) -> None:
+    done = await bidder(cli_env(servers), "migrate")
+    assert done.returncode == 0, done.stderr
+    assert b"up to date" in done.stdout  # the session already migrated
+    assert await fetchval(servers, "SELECT count(*) FROM schema_migrations") >= 1
+
+
+async def test_import_then_export_round_trips_unchanged(
+    servers: ServerUrls, clean: None, tmp_path: Path
+) -> None:
+    source = tmp_path / "inventory.json"
+    source.write_text(json.dumps(full_document()))
+    imported = await bidder(cli_env(servers), "inventory", "import", str(source))
+    assert imported.returncode == 0, imported.stderr
+    assert b"2 screens" in imported.stdout
+
+    exported = await bidder(cli_env(servers), "inventory", "export")
+    assert exported.returncode == 0, exported.stderr
+    assert parsed(exported.stdout) == parsed(source.read_bytes())
+
+    # To a file, and back in: a second import changes nothing.
+    target = tmp_path / "exported.json"
+    to_file = await bidder(cli_env(servers), "inventory", "export", str(target))
+    assert to_file.returncode == 0
+    assert parsed(target.read_bytes()) == parsed(source.read_bytes())
+    again = await bidder(cli_env(servers), "inventory", "import", str(target))
+    assert again.returncode == 0
+    final = await bidder(cli_env(servers), "inventory", "export")
+    assert parsed(final.stdout) == parsed(source.read_bytes())
+
+
+async def test_the_demo_inventory_round_trips(
+    servers: ServerUrls, clean: None, tmp_path: Path
+) -> None:
+    source = tmp_path / "demo.json"
+    source.write_bytes(msgspec.json.encode(demo_document()))
+    assert (await bidder(cli_env(servers), "inventory", "import", str(source))).returncode == 0
+    exported = await bidder(cli_env(servers), "inventory", "export")
+    got = msgspec.json.decode(exported.stdout, type=type(demo_document()))
+    want = demo_document()
+    for name in want.__struct_fields__:
+        assert sorted(getattr(got, name), key=repr) == sorted(getattr(want, name), key=repr)
+
+
+async def test_a_refused_import_lists_every_problem_and_applies_nothing(
+    servers: ServerUrls, clean: None, tmp_path: Path
+) -> None:
+    doc = full_document()
+    doc["screens"][0]["width"] = -3
+    doc["creatives"][0]["duration_seconds"] = 0
+    source = tmp_path / "bad.json"
+    source.write_text(json.dumps(doc))
+    done = await bidder(cli_env(servers), "inventory", "import", str(source))
+    assert done.returncode == 1
+    err = done.stderr.decode()
+    assert "screens[0]" in err
+    assert "width" in err
+    assert "creatives[0]" in err
+    assert "duration_seconds" in err
+    assert "Traceback" not in err
+    assert await fetchval(servers, "SELECT count(*) FROM publishers") == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b'{"screens": [{"id": 1}]}', "$.screens[0]"),
+    ],
+)
+async def test_an_unreadable_file_is_refused_clearly(
+    servers: ServerUrls, clean: None, tmp_path: Path, content: bytes, fragment: str
+) -> None:
+    source = tmp_path / "broken.json"
+    source.write_bytes(content)
+    done = await bidder(cli_env(servers), "inventory", "import", str(source))
+    assert done.returncode == 1
+    assert fragment in done.stderr.decode()
+    assert "Traceback" not in done.stderr.decode()
+    missing = await bidder(cli_env(servers), "inventory", "import", str(tmp_path / "nope.json"))
+    assert missing.returncode == 1
+    assert "cannot read" in missing.stderr.decode()
+
+
+async def test_keys_create_and_revoke(servers: ServerUrls, clean: None, tmp_path: Path) -> None:
+    source = tmp_path / "inventory.json"
+    source.write_text(json.dumps(full_document()))
+    assert (await bidder(cli_env(servers), "inventory", "import", str(source))).returncode == 0
+
+    created = await bidder(
+        cli_env(servers), "keys", "create", "--publisher", PUB, "--expires-at", "2099-01-01T00:00Z"
+    )
+    assert created.returncode == 0, created.stderr
+    lines = dict(line.split(":", 1) for line in created.stdout.decode().splitlines() if ":" in line)
+    key_id, api_key = lines["key_id"].strip(), lines["api_key"].strip()
+    assert api_key.startswith("dk_stg_")
+    stored = await fetchval(
+        servers, "SELECT key_hash FROM api_keys WHERE key_id = $1", uuid.UUID(key_id)
+    )
+    assert bytes(stored) == hashlib.sha256(api_key.encode()).digest()
+
+    revoked = await bidder(cli_env(servers), "keys", "revoke", key_id)
+    assert revoked.returncode == 0
+    assert await fetchval(
+        servers, "SELECT revoked_at IS NOT NULL FROM api_keys WHERE key_id = $1", uuid.UUID(key_id)
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (("keys", "create", "--publisher", uid(404, 1)), 1),
+        (("keys", "create", "--publisher", "metro"), 2),
+        (("keys", "create", "--publisher", PUB, "--expires-at", "2099-01-01"), 2),
+        (("keys", "create", "--publisher", PUB, "--expires-at", "2001-01-01T00:00Z"), 1),
+        (("keys", "revoke", uid(404, 9)), 1),
+        (("keys", "revoke", "key-1"), 2),
+    ],
+)
+async def test_key_commands_refuse_clearly(
+    servers: ServerUrls, clean: None, args: tuple[str, ...], code: int
+) -> None:
+    done = await bidder(cli_env(servers), *args)
+    assert done.returncode == code, done.stderr
+    assert done.stderr.strip()
+    assert b"Traceback" not in done.stderr
+
+
+async def test_settings_problems_are_all_listed_with_exit_2(servers: ServerUrls) -> None:
+    env = cli_env(
+        servers,
+        DATABASE_URL="mysql://nope",
+        ADMIN_TOKEN="short",
+        BIDDER_ENV="prod",
+        OFFER_TTL_SECONDS="-1",
+    )
+    done = await bidder(env, "migrate")
+    assert done.returncode == 2
+    err = done.stderr.decode()
+    for name in ("DATABASE_URL", "ADMIN_TOKEN", "BIDDER_ENV", "OFFER_TTL_SECONDS"):
+        assert name in err
+    assert "Traceback" not in err
+
+
+def hundred_thousand_screens() -> dict[str, Any]:
+    publishers = [
+        {"id": uid(n, 1), "name": f"Publisher {n}", "external_ids_enabled": True}
+        for n in range(1, 11)
+    ]
+    kinds = ("static", "slow", "moving")
+    sizes = ((1920, 1080), (1080, 1920), (3840, 2160))
+    screens = [
+        {
+            "id": uid(n, 3),
+            "publisher_id": uid(n % 10 + 1, 1),
+            "external_id": f"scr-{n:06d}",
+            "name": f"Screen {n}",
+            "type": kinds[n % 3],
+            "width": sizes[n % 3][0],
+            "height": sizes[n % 3][1],
+            "audience_per_play": round(1 + (n % 500) / 7, 4),
+            "venue_type": "transit.train_stations",
+            "timezone": ("UTC", "Europe/Berlin", "America/New_York")[n % 3],
+            "lat": 48 + (n % 1000) / 1000,
+            "lon": 11 + (n % 997) / 1000,
+            "active": True,
+        }
+        for n in range(1, 100_001)
+    ]
+    return {"publishers": publishers, "screens": screens}
+
+
+async def test_importing_100000_screens_takes_seconds(
+    servers: ServerUrls, clean: None, tmp_path: Path
+) -> None:
+    source = tmp_path / "big.json"
+    source.write_text(json.dumps(hundred_thousand_screens()))
+    started = time.monotonic()
+    done = await bidder(cli_env(servers), "inventory", "import", str(source))
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert await fetchval(servers, "SELECT count(*) FROM screens") == 100_000
+    print(f"\n100,000 screens imported by the CLI in {elapsed:.1f} s")
+    assert elapsed < 20
+    # A second import of the same document is a no-op upsert, just as quick.
+    again = await bidder(cli_env(servers), "inventory", "import", str(source))
+    assert again.returncode == 0
