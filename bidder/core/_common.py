@@ -100,10 +100,10 @@ async def json_object(request: Request[Any, Any, Any], *, optional: bool = False
     """
     declared = request.headers.get("content-length")
     if declared is not None and declared.strip().isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"Request body is larger than {MAX_BODY_BYTES // 1024} KB")
+        raise PayloadTooLarge(f"Request body too large: at most {MAX_BODY_BYTES // 1024} KB")
     body = await request.body()
     if len(body) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"Request body is larger than {MAX_BODY_BYTES // 1024} KB")
+        raise PayloadTooLarge(f"Request body too large: at most {MAX_BODY_BYTES // 1024} KB")
     if optional and not body.strip():
         return {}
     if not _is_json(request.headers.get("content-type", "")):
