@@ -96,7 +96,7 @@ def _url(env: Mapping[str, str], name: str, schemes: tuple[str, ...], problems: 
         problems.append(f"{name} is required")
         return ""
     parts = urlsplit(raw)
-    if parts.scheme not in schemes or not parts.netloc:
+    if parts.scheme not in schemes or not (parts.netloc or parts.scheme == "unix"):
         problems.append(f"{name} must be a {' or '.join(schemes)} URL")
     return raw
 

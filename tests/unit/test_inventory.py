@@ -1,0 +1,420 @@
+"""Inventory document validation (decisions section 2): one case per rule, every problem found
+at once with its list, index, id and field, and references to stored items."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+import pytest
+
+from matching.inventory import (
+    BillingCode,
+    Daypart,
+    InventoryDocument,
+    Targeting,
+    mime_type_for,
+    validate_document,
+)
+from tests.factories import (
+    ADV,
+    CAMPAIGN,
+    PUB,
+    advertiser,
+    basic_document,
+    campaign,
+    creative,
+    publisher,
+    screen,
+    uid,
+)
+
+Where = tuple[str, int, str]
+
+
+def problems_of(doc: InventoryDocument) -> set[Where]:
+    return {(p.list, p.index, p.field) for p in validate_document(doc)}
+
+
+def test_the_basic_document_is_valid() -> None:
+    assert validate_document(basic_document()) == []
+
+
+CASES: list[tuple[str, Callable[[], InventoryDocument], set[Where]]] = [
+    # publishers
+    (
+        "publisher id not a uuid",
+        lambda: basic_document(publishers=[publisher(id="metro")]),
+        {
+            ("publishers", 0, "id"),
+            # its screens and billing code now point at an unknown publisher
+            ("billing_codes", 0, "publisher_id"),
+            ("screens", 0, "publisher_id"),
+            ("screens", 1, "publisher_id"),
+            ("screens", 2, "publisher_id"),
+            ("screens", 3, "publisher_id"),
+        },
+    ),
+    (
+        "publisher id twice",
+        lambda: basic_document(publishers=[publisher(), publisher()]),
+        {
+            ("publishers", 1, "id"),
+            ("screens", 3, "publisher_id"),
+        },
+    ),
+    (
+        "publisher name blank",
+        lambda: basic_document(
+            publishers=[publisher(name="  "), publisher(id=uid(2, 1), name="Mall")]
+        ),
+        {("publishers", 0, "name")},
+    ),
+    (
+        "commission above 1",
+        lambda: basic_document(
+            publishers=[publisher(commission_rate=Decimal("1.01")), publisher(id=uid(2, 1))]
+        ),
+        {("publishers", 0, "commission_rate")},
+    ),
+    (
+        "commission below 0",
+        lambda: basic_document(
+            publishers=[publisher(commission_rate=Decimal("-0.1")), publisher(id=uid(2, 1))]
+        ),
+        {("publishers", 0, "commission_rate")},
+    ),
+    # advertisers
+    (
+        "advertiser name blank",
+        lambda: basic_document(advertisers=[advertiser(name="")]),
+        {("advertisers", 0, "name")},
+    ),
+    (
+        "advertiser domain is a URL",
+        lambda: basic_document(advertisers=[advertiser(domain="https://fizzy.example/")]),
+        {("advertisers", 0, "domain")},
+    ),
+    (
+        "advertiser domain with a space",
+        lambda: basic_document(advertisers=[advertiser(domain="fizzy example")]),
+        {("advertisers", 0, "domain")},
+    ),
+    # billing codes
+    (
+        "billing code for unknown advertiser",
+        lambda: basic_document(
+            billing_codes=[BillingCode(advertiser_id=uid(9, 2), publisher_id=PUB, code="X")]
+        ),
+        {("billing_codes", 0, "advertiser_id")},
+    ),
+    (
+        "billing code for unknown publisher",
+        lambda: basic_document(
+            billing_codes=[BillingCode(advertiser_id=ADV, publisher_id=uid(9, 1), code="X")]
+        ),
+        {("billing_codes", 0, "publisher_id")},
+    ),
+    (
+        "billing code pair twice",
+        lambda: basic_document(
+            billing_codes=[
+                BillingCode(advertiser_id=ADV, publisher_id=PUB, code="A"),
+                BillingCode(advertiser_id=ADV, publisher_id=PUB, code="B"),
+            ]
+        ),
+        {("billing_codes", 1, "publisher_id")},
+    ),
+    (
+        "billing code blank",
+        lambda: basic_document(
+            billing_codes=[BillingCode(advertiser_id=ADV, publisher_id=PUB, code=" ")]
+        ),
+        {("billing_codes", 0, "code")},
+    ),
+    # screens
+    (
+        "screen of unknown publisher",
+        lambda: basic_document(screens=[screen(publisher_id=uid(9, 1))]),
+        {("screens", 0, "publisher_id")},
+    ),
+    (
+        "screen width zero",
+        lambda: basic_document(screens=[screen(width=0)]),
+        {("screens", 0, "width")},
+    ),
+    (
+        "screen height negative",
+        lambda: basic_document(screens=[screen(height=-1)]),
+        {("screens", 0, "width")},
+    ),
+    (
+        "audience zero",
+        lambda: basic_document(screens=[screen(audience_per_play=Decimal(0))]),
+        {("screens", 0, "audience_per_play")},
+    ),
+    (
+        "external id blank",
+        lambda: basic_document(screens=[screen(external_id=" ")]),
+        {("screens", 0, "external_id")},
+    ),
+    (
+        "external id twice for one publisher",
+        lambda: basic_document(screens=[screen(), screen(id=uid(8, 3))]),
+        {("screens", 1, "external_id")},
+    ),
+    (
+        "timezone not IANA",
+        lambda: basic_document(screens=[screen(timezone="CEST+2")]),
+        {("screens", 0, "timezone")},
+    ),
+    (
+        "latitude out of range",
+        lambda: basic_document(screens=[screen(lat=-90.5)]),
+        {("screens", 0, "lat")},
+    ),
+    (
+        "longitude out of range",
+        lambda: basic_document(screens=[screen(lon=180.1)]),
+        {("screens", 0, "lon")},
+    ),
+    (
+        "screen id twice",
+        lambda: basic_document(screens=[screen(), screen(external_id="other")]),
+        {("screens", 1, "id")},
+    ),
+    # campaigns
+    (
+        "campaign of unknown advertiser",
+        lambda: basic_document(campaigns=[campaign(advertiser_id=uid(9, 2))]),
+        {("campaigns", 0, "advertiser_id")},
+    ),
+    (
+        "cpm zero",
+        lambda: basic_document(campaigns=[campaign(cpm_cents=Decimal(0))]),
+        {("campaigns", 0, "cpm_cents")},
+    ),
+    (
+        "budget negative",
+        lambda: basic_document(campaigns=[campaign(budget_cents=Decimal(-1))]),
+        {("campaigns", 0, "budget_cents")},
+    ),
+    (
+        "budget finer than a micro-cent",
+        lambda: basic_document(campaigns=[campaign(budget_cents=Decimal("1.0000001"))]),
+        {("campaigns", 0, "budget_cents")},
+    ),
+    (
+        "budget above what Redis counts exactly",
+        lambda: basic_document(campaigns=[campaign(budget_cents=Decimal("9000000000.000001"))]),
+        {("campaigns", 0, "budget_cents")},
+    ),
+    (
+        "daily budget negative",
+        lambda: basic_document(campaigns=[campaign(daily_budget_cents=Decimal("-0.5"))]),
+        {("campaigns", 0, "daily_budget_cents")},
+    ),
+    (
+        "start without time zone",
+        lambda: basic_document(campaigns=[campaign(start_at=datetime(2026, 1, 1))]),
+        {("campaigns", 0, "start_at")},
+    ),
+    (
+        "end before start",
+        lambda: basic_document(
+            campaigns=[
+                campaign(
+                    start_at=datetime(2026, 2, 1, tzinfo=UTC),
+                    end_at=datetime(2026, 1, 1, tzinfo=UTC),
+                )
+            ]
+        ),
+        {("campaigns", 0, "end_at")},
+    ),
+    (
+        "frequency cap zero",
+        lambda: basic_document(campaigns=[campaign(max_plays_per_screen_per_hour=0)]),
+        {("campaigns", 0, "max_plays_per_screen_per_hour")},
+    ),
+    (
+        "daypart day 7",
+        lambda: basic_document(
+            campaigns=[
+                campaign(
+                    targeting=Targeting(dayparts=[Daypart(days=[7], start_hour=0, end_hour=1)])
+                )
+            ]
+        ),
+        {("campaigns", 0, "targeting.dayparts[0]")},
+    ),
+    (
+        "daypart without days",
+        lambda: basic_document(
+            campaigns=[
+                campaign(targeting=Targeting(dayparts=[Daypart(days=[], start_hour=0, end_hour=1)]))
+            ]
+        ),
+        {("campaigns", 0, "targeting.dayparts[0]")},
+    ),
+    (
+        "daypart hours reversed",
+        lambda: basic_document(
+            campaigns=[
+                campaign(
+                    targeting=Targeting(
+                        dayparts=[
+                            Daypart(days=[0], start_hour=8, end_hour=9),
+                            Daypart(days=[1], start_hour=10, end_hour=10),
+                        ]
+                    )
+                )
+            ]
+        ),
+        {("campaigns", 0, "targeting.dayparts[1]")},
+    ),
+    (
+        "daypart past midnight",
+        lambda: basic_document(
+            campaigns=[
+                campaign(
+                    targeting=Targeting(dayparts=[Daypart(days=[0], start_hour=20, end_hour=25)])
+                )
+            ]
+        ),
+        {("campaigns", 0, "targeting.dayparts[0]")},
+    ),
+    # creatives
+    (
+        "creative of unknown campaign",
+        lambda: basic_document(creatives=[creative(campaign_id=uid(9, 4))]),
+        {("creatives", 0, "campaign_id")},
+    ),
+    (
+        "creative url not http",
+        lambda: basic_document(creatives=[creative(url="ftp://cdn.example/a.mp4")]),
+        {("creatives", 0, "url")},
+    ),
+    (
+        "creative unknown extension",
+        lambda: basic_document(creatives=[creative(url="https://cdn.example/a.avi")]),
+        {("creatives", 0, "url"), ("creatives", 0, "kind")},
+    ),
+    (
+        "creative width zero",
+        lambda: basic_document(creatives=[creative(width=0)]),
+        {("creatives", 0, "width")},
+    ),
+    (
+        "creative duration zero",
+        lambda: basic_document(creatives=[creative(duration_seconds=0)]),
+        {("creatives", 0, "duration_seconds")},
+    ),
+    (
+        "video with an image file",
+        lambda: basic_document(creatives=[creative(url="https://cdn.example/a.png")]),
+        {("creatives", 0, "kind")},
+    ),
+    (
+        "image with a video file",
+        lambda: basic_document(
+            creatives=[creative(kind="image", url="https://cdn.example/a.webm")]
+        ),
+        {("creatives", 0, "kind")},
+    ),
+]
+
+
+@pytest.mark.parametrize(("rule", "make", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_each_rule(rule: str, make: Callable[[], InventoryDocument], expected: set[Where]) -> None:
+    problems = validate_document(make())
+    assert {(p.list, p.index, p.field) for p in problems} == expected
+    assert all(p.message for p in problems)
+
+
+def test_every_problem_of_a_document_is_reported_at_once() -> None:
+    doc = basic_document(
+        publishers=[publisher(commission_rate=Decimal(2)), publisher(id=uid(2, 1))],
+        screens=[screen(width=0, timezone="Nowhere/Else", lat=100.0)],
+        campaigns=[campaign(cpm_cents=Decimal(-1), max_plays_per_screen_per_hour=-2)],
+        creatives=[creative(duration_seconds=-1)],
+    )
+    assert problems_of(doc) == {
+        ("publishers", 0, "commission_rate"),
+        ("screens", 0, "width"),
+        ("screens", 0, "timezone"),
+        ("screens", 0, "lat"),
+        ("campaigns", 0, "cpm_cents"),
+        ("campaigns", 0, "max_plays_per_screen_per_hour"),
+        ("creatives", 0, "duration_seconds"),
+    }
+
+
+def test_problems_carry_the_item_id() -> None:
+    [problem] = validate_document(basic_document(screens=[screen(width=0)]))
+    assert problem.id == screen().id
+
+
+def test_references_may_point_at_stored_items() -> None:
+    doc = InventoryDocument(
+        screens=[screen()], creatives=[creative()], campaigns=[campaign(id=uid(5, 4))]
+    )
+    assert problems_of(doc) == {
+        ("screens", 0, "publisher_id"),
+        ("creatives", 0, "campaign_id"),
+        ("campaigns", 0, "advertiser_id"),
+    }
+    assert (
+        validate_document(
+            doc,
+            known_publishers={PUB},
+            known_advertisers={ADV},
+            known_campaigns={CAMPAIGN},
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "mime"),
+    [
+        ("https://cdn.example/a.jpg", "image/jpeg"),
+        ("https://cdn.example/a.JPEG", "image/jpeg"),
+        ("https://cdn.example/a.png?v=1", "image/png"),
+        ("https://cdn.example/a.gif#x", "image/gif"),
+        ("https://cdn.example/a.mp4", "video/mp4"),
+        ("https://cdn.example/a.webm", "video/webm"),
+        ("https://cdn.example/a.mov", "video/quicktime"),
+        ("https://cdn.example/a.bmp", None),
+        ("https://cdn.example/video", None),
+        ("https://cdn.example.mp4/video", None),
+    ],
+)
+def test_mime_type_from_the_extension(url: str, mime: str | None) -> None:
+    assert mime_type_for(url) == mime
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        (b'{"screens": [{"id": "x"}]}', "$.screens[0]"),
+        (b'{"publishers": [], "extra": []}', "extra"),
+        (b'{"campaigns": [{"status": "running"}]}', "$.campaigns[0]"),
+    ],
+)
+def test_the_document_decodes_strictly(raw: bytes, fragment: str) -> None:
+    with pytest.raises(msgspec.ValidationError, match=None) as caught:
+        msgspec.json.decode(raw, type=InventoryDocument)
+    assert fragment in str(caught.value)
+
+
+def test_money_decodes_exactly() -> None:
+    doc: Any = msgspec.json.decode(
+        b'{"campaigns": [{"id": "c", "advertiser_id": "a", "name": "n", "status": "active",'
+        b' "cpm_cents": 0.1, "budget_cents": 12345678.123456}]}',
+        type=InventoryDocument,
+    )
+    assert doc.campaigns[0].cpm_cents == Decimal("0.1")
+    assert doc.campaigns[0].budget_cents == Decimal("12345678.123456")

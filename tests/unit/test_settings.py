@@ -1,0 +1,127 @@
+"""Settings from the environment: defaults, every problem reported at once, derived values."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from bidder.settings import SettingsError, load_settings
+
+VALID = {
+    "DATABASE_URL": "postgresql://user@db.internal:5432/bidder",
+    "REDIS_URL": "redis://cache.internal:6379/0",
+    "ADMIN_TOKEN": "a" * 32,
+    "SIGNING_SECRETS": "new-secret-0123456789,old-secret-0123456789",
+}
+
+
+def test_defaults() -> None:
+    settings = load_settings(VALID)
+    assert settings.environment == "staging"
+    assert settings.offer_ttl_seconds == 300  # the issue's default
+    assert settings.public_base_url == "http://127.0.0.1:8000"
+    assert settings.tracking_base_url == "http://127.0.0.1:8000/functions/v1/track"
+    assert settings.tracking_path == "/functions/v1/track"
+    assert settings.default_commission_rate == Decimal("0.15")
+    assert settings.record_writer is True
+
+
+def test_signing_secrets_newest_first() -> None:
+    settings = load_settings(VALID)
+    assert settings.signing_secrets == ("new-secret-0123456789", "old-secret-0123456789")
+    assert settings.signing_secret == "new-secret-0123456789"
+
+
+@pytest.mark.parametrize(
+    ("environment", "prefix"), [("production", "dk_live_"), ("staging", "dk_stg_")]
+)
+def test_key_prefix_names_the_environment(environment: str, prefix: str) -> None:
+    assert load_settings({**VALID, "BIDDER_ENV": environment}).key_prefix == prefix
+
+
+def test_tracking_base_url_sets_the_tracking_path() -> None:
+    settings = load_settings(
+        {
+            **VALID,
+            "PUBLIC_BASE_URL": "https://api.example.com/",
+            "TRACKING_BASE_URL": "https://t.example.com/px/",
+        }
+    )
+    assert settings.public_base_url == "https://api.example.com"
+    assert settings.tracking_base_url == "https://t.example.com/px"
+    assert settings.tracking_path == "/px"
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    env = {
+        "DATABASE_URL": "mysql://db/bidder",
+        "REDIS_URL": "",
+        "ADMIN_TOKEN": "short",
+        "SIGNING_SECRETS": "tiny,also-tiny",
+        "BIDDER_ENV": "prod",
+        "PUBLIC_BASE_URL": "ftp://example.com",
+        "TRACKING_BASE_URL": "example.com/track",
+        "OFFER_TTL_SECONDS": "five",
+        "DEFAULT_COMMISSION_RATE": "1.5",
+        "INVENTORY_POLL_SECONDS": "0",
+        "SWEEP_INTERVAL_SECONDS": "-1",
+        "RECORD_WRITER": "maybe",
+        "RECORD_BATCH_SIZE": "0",
+        "REDIS_TIMEOUT_SECONDS": "soon",
+        "LOG_LEVEL": "LOUD",
+    }
+    with pytest.raises(SettingsError) as caught:
+        load_settings(env)
+    problems = caught.value.problems
+    for name in env:
+        assert any(name in problem for problem in problems), name
+    assert len(problems) == len(env)
+    # The message names every problem too (what the CLI prints).
+    for problem in problems:
+        assert problem in str(caught.value)
+
+
+def test_missing_required_settings_are_named() -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({})
+    text = " ".join(caught.value.problems)
+    for name in ("DATABASE_URL", "REDIS_URL", "ADMIN_TOKEN", "SIGNING_SECRETS"):
+        assert name in text
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OFFER_TTL_SECONDS", "0"),
+        ("OFFER_TTL_SECONDS", "1.5"),
+        ("DEFAULT_COMMISSION_RATE", "-0.1"),
+        ("DEFAULT_COMMISSION_RATE", "abc"),
+        ("SIGNING_SECRETS", " , "),
+        ("REDIS_URL", "http://cache:6379"),
+        ("DATABASE_URL", "postgresql://"),
+    ],
+)
+def test_single_bad_values(name: str, value: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({**VALID, name: value})
+    assert len(caught.value.problems) == 1
+    assert name in caught.value.problems[0]
+
+
+def test_accepted_values() -> None:
+    settings = load_settings(
+        {
+            **VALID,
+            "BIDDER_ENV": "production",
+            "OFFER_TTL_SECONDS": "60",
+            "DEFAULT_COMMISSION_RATE": "0.2",
+            "RECORD_WRITER": "0",
+            "LOG_LEVEL": "debug",
+            "REDIS_URL": "unix:///run/redis.sock",
+        }
+    )
+    assert settings.offer_ttl_seconds == 60
+    assert settings.default_commission_rate == Decimal("0.2")
+    assert settings.record_writer is False
+    assert settings.log_level == "DEBUG"
