@@ -70,9 +70,12 @@ async def make_offer(
         result = await rt.hot.reserve(
             outcome.campaign, outcome.price_micros, screen.id, now, expires_at, fields, payload
         )
-        rt.note_budget(outcome.campaign.id, result.budget)
         if not isinstance(result, Refused):
             return MadeOffer(result.offer_id, outcome, expires_at)
+        # Only a refusal updates the local view: it says "does not fit now", which stays true
+        # until the next refresh. Successful reservations finish out of order, and an older
+        # figure folded in late could make the worker skip a campaign that still has budget.
+        rt.note_budget(outcome.campaign.id, result.budget)
         excluded.add(outcome.campaign.id)
     # Several campaigns ran dry between two budget refreshes: answer as if none were eligible.
     return NoMatch("no_eligible")

@@ -21,6 +21,7 @@ from matching.engine import Budget
 from matching.snapshot import Snapshot, build_snapshot
 from store.hot import HotState, connect
 from store.inventory_repo import current_version, export_document, load_api_keys
+from store.pipelined import PipelinedRedis
 from store.postgres import create_pool
 from store.records import run_writer
 
@@ -39,7 +40,8 @@ class Runtime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.redis: Redis = connect(settings.redis_url, settings.redis_timeout_seconds)
-        self.hot = HotState(self.redis)
+        self.fast = PipelinedRedis(settings.redis_url, settings.redis_timeout_seconds)
+        self.hot = HotState(self.redis, fast=self.fast)
         self.metrics = Metrics()
         self.pool: asyncpg.Pool | None = None
         self.snapshot: Snapshot | None = None
@@ -77,6 +79,8 @@ class Runtime:
         if self.pool is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.pool.close(), 5)
+        with contextlib.suppress(Exception):
+            await self.fast.aclose()
         with contextlib.suppress(Exception):
             await self.redis.aclose()
 

@@ -8,12 +8,13 @@ within one Redis Cluster slot. Offer and deal ids carry their shard in their fir
 
 from __future__ import annotations
 
+import asyncio
 import importlib.resources
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -21,6 +22,7 @@ from redis.commands.core import AsyncScript
 
 from matching.engine import Budget
 from matching.snapshot import SHARDS, CampaignInfo
+from store.pipelined import Arg, PipelinedRedis, PipelinedScript
 
 QUEUE_GROUP = "writers"
 DAY_TTL_MS = 3 * 86_400_000
@@ -151,25 +153,49 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+class _Script(Protocol):
+    async def __call__(self, keys: list[str], args: list[Arg]) -> Any: ...
+
+
+class _ClientScript:
+    """A script over the redis-py client (tests and tools that have no pipelined connection)."""
+
+    def __init__(self, redis: Redis, source: str) -> None:
+        self._script: AsyncScript = redis.register_script(source)
+
+    async def __call__(self, keys: list[str], args: list[Arg]) -> Any:
+        return await self._script(keys=keys, args=args)
+
+
 class HotState:
-    """Typed calls onto the Lua scripts; one Redis round trip each."""
+    """Typed calls onto the Lua scripts; one Redis round trip each.
+
+    With `fast` (a PipelinedRedis) the scripts run auto-pipelined on it, the hot path's way;
+    everything else (reads, syncs) goes through the redis-py client.
+    """
 
     def __init__(
         self,
         redis: Redis,
         *,
+        fast: PipelinedRedis | None = None,
         retention_ms: int = 25 * 3_600_000,
         deal_ttl_ms: int = 30 * 86_400_000,
     ) -> None:
         self.redis = redis
         self.retention_ms = retention_ms
         self.deal_ttl_ms = deal_ttl_ms
-        self._reserve: AsyncScript = redis.register_script(_load("reserve.lua"))
-        self._respond: AsyncScript = redis.register_script(_load("respond.lua"))
-        self._expire: AsyncScript = redis.register_script(_load("expire.lua"))
-        self._loss: AsyncScript = redis.register_script(_load("loss.lua"))
-        self._track: AsyncScript = redis.register_script(_load("track.lua"))
-        self._playout: AsyncScript = redis.register_script(_load("playout.lua"))
+
+        def script(name: str) -> _Script:
+            source = _load(name)
+            return PipelinedScript(fast, source) if fast else _ClientScript(redis, source)
+
+        self._reserve = script("reserve.lua")
+        self._respond = script("respond.lua")
+        self._expire = script("expire.lua")
+        self._loss = script("loss.lua")
+        self._track = script("track.lua")
+        self._playout = script("playout.lua")
 
     async def reserve(
         self,
@@ -196,7 +222,7 @@ class HotState:
             "expires_ms": str(expires_ms),
             "day": day_of(now),
         }
-        argv: list[str | int] = [
+        argv: list[Arg] = [
             campaign.id,
             price_micros,
             -1 if campaign.daily_budget_micros is None else campaign.daily_budget_micros,
@@ -219,7 +245,7 @@ class HotState:
             expiry_key(shard),
             queue_key(shard),
         ]
-        result = await self._reserve(keys=keys, args=argv)
+        result = await self._reserve(keys, argv)
         if int(result[0]) == 1:
             return Reserved(offer_id, Budget(int(result[1]), int(result[2]), int(result[3])))
         reason = _text(result[1])
@@ -261,7 +287,7 @@ class HotState:
             billing_codes_key(shard),
             deal_key(shard, deal_id or offer_id),
         ]
-        args: list[str | int] = [
+        args: list[Arg] = [
             action,
             publisher_id,
             epoch_ms(now),
@@ -273,7 +299,7 @@ class HotState:
             self.deal_ttl_ms,
             self.retention_ms,
         ]
-        result = await self._respond(keys=keys, args=args)
+        result = await self._respond(keys, args)
         if int(result[0]) == 0:
             reason = _text(result[1])
             return NotAnswered(
@@ -292,20 +318,20 @@ class HotState:
             due = await self.redis.zrangebyscore(expiry_key(shard), "-inf", now_ms, 0, limit)
             if not due:
                 continue
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for raw in due:
-                    offer_id = _text(raw)
-                    keys = [
-                        offer_key(shard, offer_id),
-                        budget_key(shard),
-                        day_key(shard, today),
-                        day_key(shard, yesterday),
-                        queue_key(shard),
-                        expiry_key(shard),
-                    ]
-                    args: list[str | int] = [offer_id, now_ms, today, yesterday, self.retention_ms]
-                    await self._expire(keys=keys, args=args, client=pipe)
-                results = await pipe.execute()
+            calls = []
+            for raw in due:
+                offer_id = _text(raw)
+                keys = [
+                    offer_key(shard, offer_id),
+                    budget_key(shard),
+                    day_key(shard, today),
+                    day_key(shard, yesterday),
+                    queue_key(shard),
+                    expiry_key(shard),
+                ]
+                args: list[Arg] = [offer_id, now_ms, today, yesterday, self.retention_ms]
+                calls.append(self._expire(keys, args))
+            results = await asyncio.gather(*calls)
             expired += sum(int(r) for r in results)
         return expired
 
@@ -325,14 +351,14 @@ class HotState:
             queue_key(shard),
             expiry_key(shard),
         ]
-        args: list[str | int] = [
+        args: list[Arg] = [
             epoch_ms(now),
             today,
             yesterday,
             _json.encode(payload).decode(),
             self.retention_ms,
         ]
-        result = await self._loss(keys=keys, args=args)
+        result = await self._loss(keys, args)
         return _text(result[0]), int(result[1])
 
     async def track(
@@ -360,7 +386,7 @@ class HotState:
             expiry_key(shard),
             billing_codes_key(shard),
         ]
-        args: list[str | int] = [
+        args: list[Arg] = [
             epoch_ms(now),
             today,
             yesterday,
@@ -369,7 +395,7 @@ class HotState:
             _json.encode(billing).decode(),
             self.retention_ms,
         ]
-        result = await self._track(keys=keys, args=args)
+        result = await self._track(keys, args)
         return _text(result[0])
 
     async def confirm_playout(
@@ -381,13 +407,13 @@ class HotState:
             return PlayoutResult("not_found")
         playout_id = str(uuid.uuid4())
         keys = [deal_key(shard, deal_id), queue_key(shard)]
-        args: list[str | int] = [
+        args: list[Arg] = [
             publisher_id,
             playout_id,
             epoch_ms(now),
             _json.encode({**payload, "playout_id": playout_id}).decode(),
         ]
-        result = await self._playout(keys=keys, args=args)
+        result = await self._playout(keys, args)
         status = _text(result[0])
         if status == "not_found":
             return PlayoutResult("not_found")

@@ -20,7 +20,7 @@ import asyncio
 import hashlib
 import time
 from collections import deque
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 import hiredis
@@ -95,7 +95,7 @@ class PipelinedRedis:
             )
         except (OSError, TimeoutError) as exc:
             raise RedisConnectionError(f"cannot connect to Redis: {exc}") from exc
-        self._transport = cast("asyncio.Transport", transport)  # uvloop's is not a subclass
+        self._transport = transport  # uvloop's transport is duck-typed, not a subclass
         setup: list[tuple[Arg, ...]] = []
         if self._password:
             setup.append(("AUTH", self._username or "default", self._password))
@@ -156,7 +156,7 @@ class PipelinedRedis:
         self._arm_watchdog()
 
     async def _send(self, command: tuple[Arg, ...]) -> Any:
-        loop = self._loop or asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((future, time.monotonic()))
         self._outbox.append(hiredis.pack_command(command))  # type: ignore[arg-type]
@@ -168,6 +168,12 @@ class PipelinedRedis:
 
     async def execute(self, *command: Arg) -> Any:
         """Send one command (pipelined with the others of this tick) and return its reply."""
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            # Used from another event loop than the one it connected on (a test harness, a
+            # forked worker): start over on this loop.
+            self._fail(RedisConnectionError("event loop changed"))
+            self._loop = None
+            self._connecting = None
         await self._ensure_connected()
         return await self._send(command)
 
