@@ -8,28 +8,14 @@ queue's depth and lag either way.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from litestar import MediaType, Request, Response, get
 
 from bidder.web import runtime_of
-from store.hot import queue_keys
+from store.records import queue_stats
 
 _CHECK_TIMEOUT = 0.5
-
-
-async def queue_stats(rt: Any) -> tuple[int, float]:
-    """(records waiting, age in seconds of the oldest) over every shard's queue."""
-    async with rt.redis.pipeline(transaction=False) as pipe:
-        for key in queue_keys():
-            pipe.xlen(key)
-            pipe.xrange(key, "-", "+", count=1)
-        raw = await pipe.execute()
-    depth = sum(int(n) for n in raw[0::2])
-    oldest_ms = [int(entries[0][0].split(b"-")[0]) for entries in raw[1::2] if entries]
-    lag = max(0.0, time.time() - min(oldest_ms) / 1000) if oldest_ms else 0.0
-    return depth, round(lag, 3)
 
 
 @get("/readyz", media_type=MediaType.JSON)
@@ -39,7 +25,7 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     try:
         await asyncio.wait_for(rt.redis.ping(), _CHECK_TIMEOUT)
         body["redis"] = "ok"
-        depth, lag = await asyncio.wait_for(queue_stats(rt), _CHECK_TIMEOUT)
+        depth, lag = await asyncio.wait_for(queue_stats(rt.redis), _CHECK_TIMEOUT)
         body["queue"] = {"depth": depth, "lag_seconds": lag}
         rt.metrics.queue_depth.set(depth)
         rt.metrics.queue_lag.set(lag)

@@ -411,7 +411,9 @@ class HotState:
             publisher_id,
             playout_id,
             epoch_ms(now),
-            _json.encode({**payload, "playout_id": playout_id}).decode(),
+            _json.encode(
+                {**payload, "playout_id": playout_id, "confirmed_ms": epoch_ms(now)}
+            ).decode(),
         ]
         result = await self._playout(keys, args)
         status = _text(result[0])
