@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import importlib.util
 import os
 import sys
 import time
@@ -15,7 +17,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import asyncpg
 import msgspec
@@ -299,7 +301,17 @@ def build_parser() -> argparse.ArgumentParser:
     dev.set_defaults(func=_cmd_dev)
 
     cli_records.register(commands)
+    _register_bench(commands)
     return parser
+
+
+def _register_bench(commands: Any) -> None:
+    """`bidder bench` lives in the repository's bench/ (it needs the dev tools and is not part of
+    the wheel): offered when the checkout has it, absent from an installed wheel."""
+    if importlib.util.find_spec("bench") is None:
+        return
+    bench_cli = importlib.import_module("bench.cli")
+    bench_cli.register(commands)
 
 
 def main(argv: list[str] | None = None) -> int:
