@@ -39,6 +39,7 @@ from tests.factories import (
     uid,
 )
 from tests.integration._core_helpers import (
+from tests.paths import VAST_4_0_XSD
     API,
     INVALID_KEY_BODY,
     NOT_FOUND_OFFER,
@@ -819,7 +820,7 @@ async def test_advertiser_of_billing_code(core: Core) -> None:
 
 # -- vast=true ------------------------------------------------------------------------------
 
-VAST_XSD = Path(__file__).resolve().parents[3] / "shared" / "reference" / "vast" / "vast_4.0.xsd"
+VAST_XSD = VAST_4_0_XSD
 NS = {"v": "http://www.iab.com/VAST"}
 
 

@@ -13,7 +13,6 @@ import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -31,11 +30,12 @@ from store.hot import HotState, connect, queue_keys
 from tests import factories as f
 from tests.conftest import ServerUrls, make_settings
 from tests.integration._core_helpers import Live, live_app
+from tests.paths import OPENRTB_SCHEMAS, VAST_4_0_XSD
 
 BID = "/functions/v1/openrtb-2-6/bid"
 ROOT = "/functions/v1/openrtb-2-6/"
-SCHEMA_DIR = Path("/work/shared/reference/openrtb/jsonschema-2.6")
-VAST_XSD = Path("/work/shared/reference/vast/vast_4.0.xsd")
+SCHEMA_DIR = OPENRTB_SCHEMAS
+VAST_XSD = VAST_4_0_XSD
 NS = {"v": "http://www.iab.com/VAST"}
 MIGRATION_GUIDE = "http://testserver.local/docs/migration-openrtb-to-core"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from decimal import Decimal
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -13,8 +12,9 @@ import xmlschema
 from bidder.settings import Settings, load_settings
 from bidder.signing import verify
 from bidder.vast import VastAd, duration_hms, render_vast, tracking_urls
+from tests.paths import VAST_4_0_XSD
 
-XSD = Path("/work/shared/reference/vast/vast_4.0.xsd")
+XSD = VAST_4_0_XSD
 NS = {"v": "http://www.iab.com/VAST"}
 OFFER = "3f2b8c1e-0000-4000-8000-000000000001"
 PUB = "11111111-1111-4111-8111-111111111111"
