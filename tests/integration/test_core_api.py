@@ -11,7 +11,6 @@ import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
@@ -39,7 +38,6 @@ from tests.factories import (
     uid,
 )
 from tests.integration._core_helpers import (
-from tests.paths import VAST_4_0_XSD
     API,
     INVALID_KEY_BODY,
     NOT_FOUND_OFFER,
@@ -50,6 +48,7 @@ from tests.paths import VAST_4_0_XSD
     live_app,
     prepare,
 )
+from tests.paths import VAST_4_0_XSD
 
 NO_MATCHES = {"error": "No matches available", "status": 404}
 UNKNOWN_SCREEN = uid(99, 3)
