@@ -15,7 +15,7 @@ from urllib.parse import quote
 from xml.sax.saxutils import escape, quoteattr
 
 from bidder.settings import Settings
-from bidder.signing import SIGNATURE_PARAM, sign
+from bidder.signing import SIGNATURE_PARAM, message, signer
 from matching.money import plain
 
 VAST_NAMESPACE = "http://www.iab.com/VAST"
@@ -52,6 +52,13 @@ class VastAd:
     tracking: dict[str, str]  # VAST 4.0 event name -> signed URL
 
 
+def _url_value(value: str) -> str:
+    return quote(value, safe="-_.~")
+
+
+_QUOTED_EVENTS = {event: _url_value(event) for event in TRACKING_EVENTS}
+
+
 def tracking_url(
     settings: Settings,
     offer_id: str,
@@ -64,20 +71,9 @@ def tracking_url(
 ) -> str:
     """One signed tracking URL. OpenRTB URLs also carry the `${AUCTION_PRICE}` and
     `${TOTAL_IMP}` macros, literally, for the SSP to substitute."""
-    params = {
-        "offer_id": offer_id,
-        "event": event,
-        "ts": str(now_ms),
-        "pub": publisher_id,
-        "scr": screen_id,
-    }
-    params[SIGNATURE_PARAM] = sign(
-        settings.signing_secret, settings.tracking_path, params, TRACKING_SIGNED
+    return _TrackingUrls(settings, offer_id, publisher_id, screen_id, now_ms, openrtb=openrtb)(
+        event
     )
-    query = [f"{name}={quote(value, safe='-_.~')}" for name, value in params.items()]
-    if openrtb:
-        query += [f"{name}={macro}" for name, macro in OPENRTB_MACROS]
-    return f"{settings.tracking_base_url}?{'&'.join(query)}"
 
 
 def tracking_urls(
@@ -90,13 +86,48 @@ def tracking_urls(
     openrtb: bool,
 ) -> tuple[str, dict[str, str]]:
     """(impression URL, {VAST 4.0 linear event name: URL}) for one offer."""
-
-    def url(event: str) -> str:
-        return tracking_url(
-            settings, offer_id, event, publisher_id, screen_id, now_ms, openrtb=openrtb
-        )
-
+    url = _TrackingUrls(settings, offer_id, publisher_id, screen_id, now_ms, openrtb=openrtb)
     return url(IMPRESSION_EVENT), {event: url(event) for event in LINEAR_EVENTS}
+
+
+class _TrackingUrls:
+    """The tracking URLs of one offer: what the events share (base URL, quoted values, signer,
+    macros) is computed once, so each URL costs one signature and one string."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        offer_id: str,
+        publisher_id: str,
+        screen_id: str,
+        now_ms: int,
+        *,
+        openrtb: bool,
+    ) -> None:
+        self._signer = signer(settings.signing_secret)
+        self._path = settings.tracking_path
+        self._offer_id, self._publisher_id, self._screen_id = offer_id, publisher_id, screen_id
+        self._ts = str(now_ms)
+        self._start = f"{settings.tracking_base_url}?offer_id={_url_value(offer_id)}&event="
+        # Query order: offer_id, event, ts, pub, scr, token, then the OpenRTB macros.
+        self._middle = (
+            f"&ts={_url_value(self._ts)}&pub={_url_value(publisher_id)}"
+            f"&scr={_url_value(screen_id)}&{SIGNATURE_PARAM}="
+        )
+        self._end = "".join(f"&{name}={macro}" for name, macro in OPENRTB_MACROS) if openrtb else ""
+
+    def __call__(self, event: str) -> str:
+        values = {
+            "offer_id": self._offer_id,
+            "event": event,
+            "pub": self._publisher_id,
+            "scr": self._screen_id,
+            "ts": self._ts,
+        }
+        # The token is URL-safe base64 already: nothing in it needs quoting.
+        token = self._signer.token(message(self._path, [(n, values[n]) for n in TRACKING_SIGNED]))
+        quoted_event = _QUOTED_EVENTS.get(event) or _url_value(event)
+        return f"{self._start}{quoted_event}{self._middle}{token}{self._end}"
 
 
 def duration_hms(seconds: int) -> str:
