@@ -15,7 +15,7 @@ from urllib.parse import quote
 from xml.sax.saxutils import escape, quoteattr
 
 from bidder.settings import Settings
-from bidder.signing import SIGNATURE_PARAM, message, signer
+from bidder.signing import SIGNATURE_PARAM, sign
 from matching.money import plain
 
 VAST_NAMESPACE = "http://www.iab.com/VAST"
@@ -91,7 +91,7 @@ def tracking_urls(
 
 
 class _TrackingUrls:
-    """The tracking URLs of one offer: what the events share (base URL, quoted values, signer,
+    """The tracking URLs of one offer: what the events share (base URL, quoted values, signed path,
     macros) is computed once, so each URL costs one signature and one string."""
 
     def __init__(
@@ -104,7 +104,7 @@ class _TrackingUrls:
         *,
         openrtb: bool,
     ) -> None:
-        self._signer = signer(settings.signing_secret)
+        self._secret = settings.signing_secret
         self._path = settings.tracking_path
         self._offer_id, self._publisher_id, self._screen_id = offer_id, publisher_id, screen_id
         self._ts = str(now_ms)
@@ -125,7 +125,7 @@ class _TrackingUrls:
             "ts": self._ts,
         }
         # The token is URL-safe base64 already: nothing in it needs quoting.
-        token = self._signer.token(message(self._path, [(n, values[n]) for n in TRACKING_SIGNED]))
+        token = sign(self._secret, self._path, values, TRACKING_SIGNED)
         quoted_event = _QUOTED_EVENTS.get(event) or _url_value(event)
         return f"{self._start}{quoted_event}{self._middle}{token}{self._end}"
 

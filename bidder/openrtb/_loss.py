@@ -41,6 +41,8 @@ LOSS_MACROS = (
     ("aid", "${AUCTION_ID}"),
 )
 
+_MACRO_QUERY = "&".join(f"{name}={macro}" for name, macro in LOSS_MACROS)
+
 _json = msgspec.json.Decoder()
 
 
@@ -52,13 +54,19 @@ def loss_url(
     settings: Settings, offer_id: str, publisher_id: str, screen_id: str, now_ms: int
 ) -> str:
     """The signed `lurl` of a bid, with the auction macros for the SSP to substitute."""
-    params = {"pub": publisher_id, "scr": screen_id, "ts": str(now_ms)}
-    params[SIGNATURE_PARAM] = sign(
-        settings.signing_secret, loss_path(offer_id), params, LOSS_SIGNED
+    path = loss_path(offer_id)
+    ts = str(now_ms)
+    params = {"pub": publisher_id, "scr": screen_id, "ts": ts}
+    # The token is URL-safe base64 already: nothing in it needs quoting.
+    token = sign(settings.signing_secret, path, params, LOSS_SIGNED)
+    return (
+        f"{settings.public_base_url}{path}?{_MACRO_QUERY}&pub={_url_value(publisher_id)}"
+        f"&scr={_url_value(screen_id)}&ts={_url_value(ts)}&{SIGNATURE_PARAM}={token}"
     )
-    query = [f"{name}={macro}" for name, macro in LOSS_MACROS]
-    query += [f"{name}={quote(value, safe='-_.~')}" for name, value in params.items()]
-    return f"{settings.public_base_url}{loss_path(offer_id)}?{'&'.join(query)}"
+
+
+def _url_value(value: str) -> str:
+    return quote(value, safe="-_.~")
 
 
 async def handle_loss(request: Request[Any, Any, Any], offer_id: str) -> Response[Any]:
