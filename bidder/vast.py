@@ -9,6 +9,7 @@ whose `InLine` sequence puts `AdSystem`, `Extensions` and `Impression` before `A
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from urllib.parse import quote
@@ -137,40 +138,52 @@ def duration_hms(seconds: int) -> str:
     return f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
 
 
+def _attr(value: str) -> str:
+    """`quoteattr`, skipped for the usual value that holds nothing to escape (ids, MIME types)."""
+    return quoteattr(value) if _ATTR_SPECIAL.search(value) else f'"{value}"'
+
+
+_ATTR_SPECIAL = re.compile("[&<>\"'\n\r\t]")
+_TRACKING_OPEN = {event: f"<Tracking event={_attr(event)}>" for event in LINEAR_EVENTS}
+
+
+def _tracking_element(event: str, url: str) -> str:
+    start = _TRACKING_OPEN.get(event) or f"<Tracking event={_attr(event)}>"
+    return f"{start}{escape(url)}</Tracking>"
+
+
 def render_vast(ad: VastAd) -> str:
     """The VAST 4.0 document for one ad; every text and attribute value XML-escaped."""
-    creative_id = f"{ad.offer_id}_creative"
-    media_id = f"{ad.offer_id}_media"
-    tracking = "".join(
-        f"<Tracking event={quoteattr(event)}>{escape(url)}</Tracking>"
-        for event, url in ad.tracking.items()
-    )
+    offer_id = _attr(ad.offer_id)
+    creative_id = _attr(f"{ad.offer_id}_creative")
+    media_id = _attr(f"{ad.offer_id}_media")
+    tracking = "".join(_tracking_element(event, url) for event, url in ad.tracking.items())
     billing_code = "" if ad.billing_code is None else escape(ad.billing_code)
     return (
         '<?xml version="1.0" encoding="UTF-8"?>'
         f'<VAST version="4.0" xmlns="{VAST_NAMESPACE}">'
-        f"<Ad id={quoteattr(ad.offer_id)}>"
+        f"<Ad id={offer_id}>"
         "<InLine>"
         f"<AdSystem>{AD_SYSTEM}</AdSystem>"
-        f"<Extensions><Extension type={quoteattr(EXTENSION_TYPE)}>"
+        f'<Extensions><Extension type="{EXTENSION_TYPE}">'
         f"<OfferId>{escape(ad.offer_id)}</OfferId>"
         f"<BidPriceCents>{plain(ad.bid_price_cents)}</BidPriceCents>"
         f"<BillingCode>{billing_code}</BillingCode>"
         f"<AdvertiserDomain>{escape(ad.advertiser_domain)}</AdvertiserDomain>"
         "</Extension></Extensions>"
-        f"<Impression id={quoteattr(ad.offer_id)}>{escape(ad.impression_url)}</Impression>"
+        f"<Impression id={offer_id}>{escape(ad.impression_url)}</Impression>"
         f"<AdTitle>{escape(ad.ad_title)}</AdTitle>"
         f"<Advertiser>{escape(ad.advertiser)}</Advertiser>"
         "<Creatives>"
-        f'<Creative id={quoteattr(creative_id)} sequence="1">'
-        f'<UniversalAdId idRegistry="unknown" idValue={quoteattr(ad.creative_id)}>'
+        f'<Creative id={creative_id} sequence="1">'
+        f'<UniversalAdId idRegistry="unknown" idValue={_attr(ad.creative_id)}>'
         f"{escape(ad.creative_id)}</UniversalAdId>"
         "<Linear>"
         f"<TrackingEvents>{tracking}</TrackingEvents>"
         f"<Duration>{duration_hms(ad.duration_seconds)}</Duration>"
         "<MediaFiles>"
-        f'<MediaFile id={quoteattr(media_id)} delivery="progressive" '
-        f'type={quoteattr(ad.mime_type)} width="{int(ad.width)}" height="{int(ad.height)}" '
+        f'<MediaFile id={media_id} delivery="progressive" '
+        f'type={_attr(ad.mime_type)} width="{int(ad.width)}" height="{int(ad.height)}" '
         f'scalable="true" maintainAspectRatio="true">{escape(ad.asset_url)}</MediaFile>'
         "</MediaFiles>"
         "</Linear>"
