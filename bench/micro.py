@@ -92,9 +92,9 @@ def main() -> None:
 
     state = hot.HotState.__new__(hot.HotState)
     state.retention_ms, state.deal_ttl_ms = 3_600_000, 86_400_000
-    state._reserve = _NoScript([1, 10, 0, 0])  # type: ignore[assignment]
+    state._reserve = _NoScript([1, 10, 0, 0])
     answered = b'{"campaign":"c","deal_id":"d"}'
-    state._respond = _NoScript([1, answered, b"CODE", 10, 0, 0])  # type: ignore[assignment]
+    state._respond = _NoScript([1, answered, b"CODE", 10, 0, 0])
     campaign = next(iter(full_snap.campaigns.values()))
     fields = {"channel": "core", "publisher": "p", "creative": "c"}
     expires = now + timedelta(seconds=1800)

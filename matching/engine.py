@@ -13,11 +13,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Literal
 
-from matching.money import play_price_micros
+from matching.money import (
+    AUDIENCE_UNITS_PER_VIEWER,
+    play_price_from_units,
+    play_price_micros,
+    scaled_exactly,
+)
 from matching.snapshot import CampaignInfo, CreativeInfo, ScreenInfo, Snapshot
-
-# Richer kinds first: a moving screen shows a video before a still image of the same campaign.
-_KIND_PREFERENCE = {"video": 0, "cinemagraph": 1, "image": 2}
 
 NoMatchReason = Literal[
     "no_eligible",  # nothing can serve this screen now
@@ -90,26 +92,37 @@ def candidates(snapshot: Snapshot, screen: ScreenInfo) -> Iterator[CampaignInfo]
 def pick_creative(
     campaign: CampaignInfo, screen: ScreenInfo, slot: VideoSlot | None = None
 ) -> CreativeInfo | NoMatchReason:
-    """The campaign's best creative for the screen (and the OpenRTB slot), or why none fits."""
-    compatible = campaign.creatives_for(screen.type)
-    if not compatible:
+    """The campaign's best creative for the screen (and the OpenRTB slot), or why none fits.
+
+    Core: the preferred kind among the creatives of the screen's exact size, else the preferred
+    kind of any size. OpenRTB: the preferred kind among those of the slot's exact size and an
+    accepted MIME type.
+    """
+    ranked = campaign.creatives_for(screen.type)  # the preferred first
+    if not ranked:
         return "no_compatible_asset"
     if slot is None:
-        return min(
-            compatible,
-            key=lambda c: (
-                (c.width, c.height) != (screen.width, screen.height),
-                _KIND_PREFERENCE[c.kind],
-                c.id,
-            ),
-        )
-    sized = [c for c in compatible if c.width == slot.width and c.height == slot.height]
-    if not sized:
-        return "resolution_mismatch"
-    allowed = [c for c in sized if slot.mimes is None or c.mime_type in slot.mimes]
-    if not allowed:
-        return "mime_not_allowed"
-    return min(allowed, key=lambda c: (_KIND_PREFERENCE[c.kind], c.id))
+        for creative in ranked:
+            if creative.width == screen.width and creative.height == screen.height:
+                return creative
+        return ranked[0]
+    sized = False
+    for creative in ranked:
+        if creative.width == slot.width and creative.height == slot.height:
+            if slot.mimes is None or creative.mime_type in slot.mimes:
+                return creative
+            sized = True
+    return "mime_not_allowed" if sized else "resolution_mismatch"
+
+
+def play_price(campaign: CampaignInfo, audience: Decimal, audience_units: int | None) -> int:
+    """cpm x audience / 1000 in micro-cents: integer arithmetic where both are exact integers
+    in their units (always, for inventory and 4-decimal audiences), Decimal otherwise."""
+    if audience_units is not None and campaign.cpm_micros is not None:
+        price = play_price_from_units(campaign.cpm_micros, audience_units)
+        if price is not None:
+            return price
+    return play_price_micros(campaign.cpm_cents, audience)
 
 
 # How far an OpenRTB request got, to tell "no asset" from "wrong size" from "wrong MIME".
@@ -141,7 +154,10 @@ def select(
     """
     if not screen.active:
         return NoMatch("no_eligible")
-    audience = screen.audience_per_play if audience is None else audience
+    if audience is None:
+        audience, audience_units = screen.audience_per_play, screen.audience_units
+    else:
+        audience_units = scaled_exactly(audience, AUDIENCE_UNITS_PER_VIEWER)
     local = now.astimezone(screen.zone)
     weekday, hour = local.weekday(), local.hour
     skipped = frozenset(exclude)
@@ -150,7 +166,7 @@ def select(
     best_price = -1
     furthest: NoMatchReason = "no_eligible"
     for campaign in candidates(snapshot, screen):
-        price = play_price_micros(campaign.cpm_cents, audience)
+        price = play_price(campaign, audience, audience_units)
         if best and price < best_price:
             break  # sorted by CPM: nothing further can tie
         if (
@@ -166,13 +182,19 @@ def select(
             break  # sorted by price: every campaign after this one pays even less
         creative = pick_creative(campaign, screen, slot)
         if isinstance(creative, str):
-            furthest = max(furthest, creative, key=_REASON_RANK.__getitem__)
+            if _REASON_RANK[creative] > _REASON_RANK[furthest]:
+                furthest = creative
             continue
         best.append((campaign, creative))
         best_price = price
     if not best:
         return NoMatch(furthest)
-    campaign, creative = max(best, key=lambda pair: _share_left(pair[0], budgets.get(pair[0].id)))
+    if len(best) == 1:
+        campaign, creative = best[0]
+    else:
+        campaign, creative = max(
+            best, key=lambda pair: _share_left(pair[0], budgets.get(pair[0].id))
+        )
     return Match(campaign=campaign, creative=creative, price_micros=best_price)
 
 

@@ -66,6 +66,40 @@ def play_price_micros(cpm_cents: Decimal, audience: Decimal) -> int:
     return int(price.to_integral_value(rounding=ROUND_HALF_EVEN))
 
 
+#: Audiences as integers: 1/10,000ths of a viewer, the precision Postgres keeps (NUMERIC(14, 4)).
+AUDIENCE_UNITS_PER_VIEWER = 10_000
+# cpm x audience / 1000 in micro-cents is cpm micro-cents x audience units / (10^4 x 1000).
+_UNITS_PER_PRICE_MICRO = AUDIENCE_UNITS_PER_VIEWER * 1000
+# Below this product, play_price_micros's Decimal arithmetic (28 digits) is exact too.
+_EXACT_DECIMAL_PRODUCT = 10**28
+
+
+def scaled_exactly(value: Decimal, scale: int) -> int | None:
+    """`value` x `scale` as an integer, or None when that is not a whole number."""
+    if not value.is_finite():
+        return None
+    scaled = value * scale
+    whole = scaled.to_integral_value()
+    return int(whole) if whole == scaled else None
+
+
+def play_price_from_units(cpm_micros: int, audience_units: int) -> int | None:
+    """`play_price_micros` in integer arithmetic, for a CPM in micro-cents and an audience in
+    units of `AUDIENCE_UNITS_PER_VIEWER`: the same half-even result without any Decimal.
+
+    None for products so large that the Decimal version rounds on the way (more than 28
+    digits); the caller then asks `play_price_micros`, whose answer stays the reference.
+    """
+    product = cpm_micros * audience_units
+    if not -_EXACT_DECIMAL_PRODUCT < product < _EXACT_DECIMAL_PRODUCT:
+        return None
+    quotient, remainder = divmod(product, _UNITS_PER_PRICE_MICRO)
+    twice = 2 * remainder
+    if twice > _UNITS_PER_PRICE_MICRO or (twice == _UNITS_PER_PRICE_MICRO and quotient & 1):
+        quotient += 1
+    return quotient
+
+
 def commission_micros(gross_micros: int, rate: Decimal) -> int:
     """Commission on a gross amount at `rate` (0..1), rounded half-even to the micro-cent."""
     return int((Decimal(gross_micros) * rate).to_integral_value(rounding=ROUND_HALF_EVEN))

@@ -23,7 +23,15 @@ from matching.inventory import (
     Screen,
     mime_type_for,
 )
-from matching.money import cents_to_micros
+from matching.money import (
+    AUDIENCE_UNITS_PER_VIEWER,
+    MICROS_PER_CENT,
+    cents_to_micros,
+    scaled_exactly,
+)
+
+# Richer kinds first: a moving screen shows a video before a still image of the same campaign.
+KIND_PREFERENCE = {"video": 0, "cinemagraph": 1, "image": 2}
 
 #: Hot-state shards. Every Redis key of a campaign, and of the offers and deals made from it,
 #: carries the hash tag of its shard, so each Lua script touches one Redis Cluster slot.
@@ -48,7 +56,13 @@ class CreativeInfo:
 
 @dataclass(frozen=True, slots=True)
 class CampaignInfo:
-    """A campaign as matching needs it: prices in micro-cents, targeting as sets."""
+    """A campaign as matching needs it: prices in micro-cents, targeting as sets.
+
+    `cpm_micros` is the CPM as an exact integer (None if finer than a micro-cent), so a play's
+    price is integer arithmetic; `ranked_creatives` holds, per screen type, the creatives that
+    type can show in order of preference (richer kind first, then id), computed once here
+    rather than on every request.
+    """
 
     id: str
     advertiser_id: str
@@ -67,6 +81,8 @@ class CampaignInfo:
     dayparts: tuple[tuple[frozenset[int], int, int], ...] | None
     creatives: tuple[CreativeInfo, ...]
     shard: int
+    cpm_micros: int | None
+    ranked_creatives: dict[str, tuple[CreativeInfo, ...]] = field(compare=False)
 
     def in_flight(self, now: datetime) -> bool:
         if self.start_at is not None and now < self.start_at:
@@ -89,8 +105,8 @@ class CampaignInfo:
         return self.venue_types is None or screen.venue_type in self.venue_types
 
     def creatives_for(self, screen_type: str) -> tuple[CreativeInfo, ...]:
-        kinds = COMPATIBLE_KINDS[screen_type]
-        return tuple(c for c in self.creatives if c.kind in kinds)
+        """The creatives a screen type can show, the preferred first."""
+        return self.ranked_creatives[screen_type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +122,8 @@ class ScreenInfo:
     venue_type: str | None
     zone: ZoneInfo
     active: bool
+    # audience_per_play in AUDIENCE_UNITS_PER_VIEWER, for integer pricing (None if finer).
+    audience_units: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +203,17 @@ def _campaign_info(campaign: Campaign, creatives: list[Creative]) -> CampaignInf
         ),
         creatives=approved,
         shard=campaign_shard(campaign.id),
+        cpm_micros=scaled_exactly(campaign.cpm_cents, MICROS_PER_CENT),
+        ranked_creatives=_ranked_creatives(approved),
     )
+
+
+def _ranked_creatives(creatives: tuple[CreativeInfo, ...]) -> dict[str, tuple[CreativeInfo, ...]]:
+    ranked = sorted(creatives, key=lambda c: (KIND_PREFERENCE[c.kind], c.id))
+    return {
+        screen_type: tuple(c for c in ranked if c.kind in COMPATIBLE_KINDS[screen_type])
+        for screen_type in SCREEN_TYPES
+    }
 
 
 def _screen_info(screen: Screen, zones: dict[str, ZoneInfo]) -> ScreenInfo:
@@ -204,6 +232,7 @@ def _screen_info(screen: Screen, zones: dict[str, ZoneInfo]) -> ScreenInfo:
         venue_type=screen.venue_type,
         zone=zone,
         active=screen.active,
+        audience_units=scaled_exactly(screen.audience_per_play, AUDIENCE_UNITS_PER_VIEWER),
     )
 
 
