@@ -28,6 +28,7 @@ from store.records import run_writer
 log = logging.getLogger("bidder.runtime")
 
 _BUDGET_REFRESH_SECONDS = 1.0
+_BACKGROUND_REDIS_TIMEOUT = 2.0
 
 
 def utcnow() -> datetime:
@@ -39,7 +40,12 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.redis: Redis = connect(settings.redis_url, settings.redis_timeout_seconds)
+        # The hot path's scripts run on `fast` with the strict REDIS_TIMEOUT_SECONDS; this client
+        # serves reads, syncs, the sweeper, the writer and the admin API, where a busy moment
+        # should not turn into a 503.
+        self.redis: Redis = connect(
+            settings.redis_url, max(settings.redis_timeout_seconds, _BACKGROUND_REDIS_TIMEOUT)
+        )
         self.fast = PipelinedRedis(settings.redis_url, settings.redis_timeout_seconds)
         self.hot = HotState(self.redis, fast=self.fast)
         self.metrics = Metrics()
