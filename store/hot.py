@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib.resources
+import os
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import chain
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -42,8 +45,11 @@ def connect(url: str, timeout: float = 0.25, max_connections: int = 64) -> Redis
     return Redis.from_pool(pool)
 
 
+_TAGS = tuple(f"{{b{shard}}}" for shard in range(SHARDS))
+
+
 def tag(shard: int) -> str:
-    return f"{{b{shard}}}"
+    return _TAGS[shard] if 0 <= shard < SHARDS else f"{{b{shard}}}"
 
 
 def budget_key(shard: int) -> str:
@@ -82,26 +88,40 @@ def queue_keys() -> list[str]:
     return [queue_key(s) for s in range(SHARDS)]
 
 
+# The digit after the version nibble: RFC 4122 variant bits (10xx) over two random bits.
+_VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+# A UUID in its canonical text form, in either case (what uuid.UUID prints, case aside).
+_CANONICAL_UUID = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+
+
 def new_id(shard: int) -> str:
-    """A random UUID whose first hex digit is the shard, so the id alone finds its keys."""
-    raw = uuid.uuid4().hex
-    return str(uuid.UUID(f"{shard:x}{raw[1:]}"))
+    """A random (version 4) UUID whose first hex digit is the shard, so the id alone finds its
+    keys. Formatted straight from 16 random bytes: uuid.UUID would parse and print it again."""
+    digits = os.urandom(16).hex()
+    return (
+        f"{shard:x}{digits[1:8]}-{digits[8:12]}-4{digits[13:16]}-"
+        f"{_VARIANT_DIGIT[digits[16]]}{digits[17:20]}-{digits[20:]}"
+    )
 
 
 def shard_of(an_id: str) -> int | None:
-    """The shard an offer or deal id was made in; None for anything that is not such an id."""
-    try:
-        parsed = uuid.UUID(an_id)
-    except ValueError:
-        return None
-    if str(parsed) != an_id.lower():
+    """The shard an offer or deal id was made in; None for anything that is not such an id
+    (only the canonical 8-4-4-4-12 form, in either case, counts as an id)."""
+    if _CANONICAL_UUID.fullmatch(an_id) is None:
         return None
     shard = int(an_id[0], 16)
     return shard if shard < SHARDS else None
 
 
 def day_of(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y%m%d")
+    utc = moment.astimezone(UTC)
+    return f"{utc.year:04d}{utc.month:02d}{utc.day:02d}"
+
+
+def _hour_of(utc: datetime) -> str:
+    return f"{utc.year:04d}{utc.month:02d}{utc.day:02d}{utc.hour:02d}"
 
 
 def epoch_ms(moment: datetime) -> int:
@@ -210,6 +230,10 @@ class HotState:
         """Create an offer and reserve its price; refuse when a budget or the cap is reached."""
         shard = campaign.shard
         offer_id = new_id(shard)
+        utc = now.astimezone(UTC)
+        hour = _hour_of(utc)
+        day = hour[:8]
+        now_ms = epoch_ms(now)
         expires_ms = epoch_ms(expires_at)
         offer = {
             **fields,
@@ -218,9 +242,9 @@ class HotState:
             "advertiser": campaign.advertiser_id,
             "screen": screen_id,
             "price": str(price_micros),
-            "created_ms": str(epoch_ms(now)),
+            "created_ms": str(now_ms),
             "expires_ms": str(expires_ms),
-            "day": day_of(now),
+            "day": day,
         }
         argv: list[Arg] = [
             campaign.id,
@@ -230,17 +254,16 @@ class HotState:
             if campaign.max_plays_per_screen_per_hour is None
             else campaign.max_plays_per_screen_per_hour,
             screen_id,
-            epoch_ms(now),
+            now_ms,
             expires_ms,
-            max(expires_ms - epoch_ms(now), 0) + self.retention_ms,
-            _json.encode(payload or {}).decode(),
+            max(expires_ms - now_ms, 0) + self.retention_ms,
+            _json.encode(payload).decode() if payload else "{}",
         ]
-        for key, value in offer.items():
-            argv += [key, value]
+        argv.extend(chain.from_iterable(offer.items()))  # the offer's fields as name, value pairs
         keys = [
             budget_key(shard),
-            day_key(shard, day_of(now)),
-            freq_key(shard, now.astimezone(UTC).strftime("%Y%m%d%H")),
+            day_key(shard, day),
+            freq_key(shard, hour),
             offer_key(shard, offer_id),
             expiry_key(shard),
             queue_key(shard),
