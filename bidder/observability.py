@@ -15,6 +15,7 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from litestar.enums import ScopeType
@@ -155,7 +156,7 @@ class _RequestIds:
         return f"{self._prefix}{next(self._next):016x}"
 
 
-def _incoming_request_id(headers: list[tuple[bytes, bytes]]) -> str:
+def _incoming_request_id(headers: Iterable[tuple[bytes, bytes]]) -> str:
     """The caller's X-Request-ID when it is 1 to 128 characters, else an empty string."""
     incoming = ""
     for name, value in headers:  # the last one wins, as with dict(headers)
