@@ -11,7 +11,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from litestar import Request, Response
+from litestar import Request
 from redis.exceptions import RedisError
 
 from bidder.auth import authenticate
@@ -21,6 +21,7 @@ from bidder.openrtb._request import BidAsk, parse_bid_request, request_id_of
 from bidder.openrtb._response import (
     NBR_TECHNICAL,
     NBR_UNKNOWN,
+    Answer,
     Bid,
     bid_response,
     no_bid,
@@ -38,7 +39,7 @@ from store.hot import epoch_ms
 _NBR_REASONS = frozenset({"resolution_mismatch"})
 
 
-async def handle_bid(request: Request[Any, Any, Any]) -> Response[Any]:
+async def handle_bid(request: Request[Any, Any, Any]) -> Answer:
     rt = runtime_of(request)
     settings = rt.settings
     body = await request.body()

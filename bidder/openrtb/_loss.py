@@ -14,12 +14,12 @@ from typing import Any
 from urllib.parse import quote
 
 import msgspec
-from litestar import Request, Response
+from litestar import Request
 from redis.exceptions import RedisError
 
 from bidder.deprecation import OPENRTB_PREFIX
 from bidder.errors import Forbidden, PayloadTooLarge, Unavailable, UriTooLong
-from bidder.openrtb._response import no_content
+from bidder.openrtb._response import Answer, no_content
 from bidder.runtime import utcnow
 from bidder.settings import Settings
 from bidder.signing import SIGNATURE_PARAM, sign, verify
@@ -69,7 +69,7 @@ def _url_value(value: str) -> str:
     return quote(value, safe="-_.~")
 
 
-async def handle_loss(request: Request[Any, Any, Any], offer_id: str) -> Response[Any]:
+async def handle_loss(request: Request[Any, Any, Any], offer_id: str) -> Answer:
     rt = runtime_of(request)
     settings = rt.settings
     if len(request.scope.get("query_string", b"")) > MAX_QUERY_BYTES:

@@ -10,6 +10,7 @@ from typing import Any
 
 from litestar import Request, Response, get, post, route
 from litestar.params import FromPath
+from litestar.types import ASGIApp
 
 from bidder.deprecation import OPENRTB_PREFIX
 from bidder.openrtb._bid import handle_bid
@@ -20,13 +21,13 @@ from bidder.web import runtime_of
 
 
 @post([f"{OPENRTB_PREFIX}/bid", f"{OPENRTB_PREFIX}/"], status_code=200)
-async def bid(request: Request[Any, Any, Any]) -> Response[Any]:
+async def bid(request: Request[Any, Any, Any]) -> ASGIApp:
     """A BidRequest in, a BidResponse (or a no-bid) out."""
     return await handle_bid(request)
 
 
 @route(f"{OPENRTB_PREFIX}/loss/{{offer_id:str}}", http_method=["GET", "POST"])
-async def loss(request: Request[Any, Any, Any], offer_id: FromPath[str]) -> Response[Any]:
+async def loss(request: Request[Any, Any, Any], offer_id: FromPath[str]) -> ASGIApp:
     """The signed loss notice URL given in `lurl`."""
     return await handle_loss(request, offer_id)
 
