@@ -96,14 +96,24 @@ _CANONICAL_UUID = re.compile(
 )
 
 
-def new_id(shard: int) -> str:
-    """A random (version 4) UUID whose first hex digit is the shard, so the id alone finds its
-    keys. Formatted straight from 16 random bytes: uuid.UUID would parse and print it again."""
+def _uuid4_text(first: str) -> str:
+    """A random version-4 UUID in canonical text, formatted straight from 16 random bytes (no
+    UUID object to parse and print), its first hex digits replaced by `first`."""
     digits = os.urandom(16).hex()
     return (
-        f"{shard:x}{digits[1:8]}-{digits[8:12]}-4{digits[13:16]}-"
+        f"{first}{digits[len(first) : 8]}-{digits[8:12]}-4{digits[13:16]}-"
         f"{_VARIANT_DIGIT[digits[16]]}{digits[17:20]}-{digits[20:]}"
     )
+
+
+def random_uuid() -> str:
+    """What `str(uuid.uuid4())` returns, at half the cost."""
+    return _uuid4_text("")
+
+
+def new_id(shard: int) -> str:
+    """A random UUID whose first hex digit is the shard, so the id alone finds its keys."""
+    return _uuid4_text(f"{shard:x}")
 
 
 def shard_of(an_id: str) -> int | None:

@@ -6,8 +6,6 @@ the screen's publisher may answer, an expired offer is not found) and settles th
 
 from __future__ import annotations
 
-import uuid
-from decimal import Decimal
 from typing import Any, Literal
 
 from litestar import Request, Response, post
@@ -32,7 +30,7 @@ from matching.money import (
     parse_cents,
     split_gross,
 )
-from store.hot import NotAnswered
+from store.hot import NotAnswered, random_uuid
 
 OFFER_NOT_FOUND = "Offer not found, expired, or access denied"
 MAX_REASON_CHARS = 500
@@ -86,9 +84,8 @@ def _rejection_reason(body: dict[str, Any]) -> str | None:
 
 
 def _accepted_body(
-    deal_id: str, billing_id: str, gross: int, rate: Decimal, billing_code: str | None
+    deal_id: str, billing_id: str, gross: int, net: int, commission: int, billing_code: str | None
 ) -> dict[str, Any]:
-    net, commission = split_gross(gross, rate)
     return {
         "success": True,
         "action": "accepted",
@@ -125,12 +122,14 @@ def _demo_answer(action: Action, accepted: int, reason: str | None) -> Response[
         return json_response(_rejected_body(reason, _demo.DEMO_BILLING_CODE))
     if accepted > _demo.DEMO_PRICE_MICROS:
         raise _above_bid(_demo.DEMO_PRICE_MICROS)
+    net, commission = split_gross(accepted, _demo.DEMO_COMMISSION_RATE)
     return json_response(
         _accepted_body(
             _demo.DEMO_DEAL_ID,
             _demo.DEMO_BILLING_ID,
             accepted,
-            _demo.DEMO_COMMISSION_RATE,
+            net,
+            commission,
             _demo.DEMO_BILLING_CODE,
         )
     )
@@ -142,9 +141,9 @@ async def _answer(
     rt = caller.rt
     publisher = caller.snapshot.publishers.get(caller.publisher_id)
     rate = publisher.commission_rate if publisher else rt.settings.default_commission_rate
-    billing_id = str(uuid.uuid4())
+    billing_id = random_uuid()
+    net, commission = split_gross(accepted, rate) if action == "accept" else (0, 0)
     if action == "accept":
-        net, commission = split_gross(accepted, rate)
         payload: dict[str, Any] = {
             "billing_id": billing_id,
             "gross_micros": accepted,
@@ -168,7 +167,8 @@ async def _answer(
         return json_response(_rejected_body(reason, answered.billing_code))
     rt.metrics.offers.labels("accepted").inc()
     deal_id = answered.offer["deal_id"]
-    return json_response(_accepted_body(deal_id, billing_id, accepted, rate, answered.billing_code))
+    body = _accepted_body(deal_id, billing_id, accepted, net, commission, answered.billing_code)
+    return json_response(body)
 
 
 @post(

@@ -58,8 +58,17 @@ def authorize(request: Request[Any, Any, Any]) -> Caller:
     if snapshot is None:  # keys live in the snapshot: none can be checked before it loads
         raise Unavailable("Service is starting, retry shortly", headers={"Retry-After": "1"})
     now = utcnow()
-    key = authenticate(request.headers.get("authorization"), snapshot, rt.settings.key_prefix, now)
+    key = authenticate(header(request, b"authorization"), snapshot, rt.settings.key_prefix, now)
     return Caller(rt, snapshot, key, now)
+
+
+def header(request: Request[Any, Any, Any], name: bytes) -> str | None:
+    """The first value of header `name` (lowercase), read from the ASGI scope: what
+    `request.headers.get` returns, without building the case-insensitive Headers mapping."""
+    for raw_name, value in request.scope["headers"]:
+        if raw_name.lower() == name:
+            return value.decode("latin-1")
+    return None
 
 
 @contextmanager
@@ -98,7 +107,7 @@ async def json_object(request: Request[Any, Any, Any], *, optional: bool = False
 
     Oversized: 413. Not `application/json`, not JSON, or not an object: 400.
     """
-    declared = request.headers.get("content-length")
+    declared = header(request, b"content-length")
     if declared is not None and declared.strip().isdigit() and int(declared) > MAX_BODY_BYTES:
         raise PayloadTooLarge(f"Request body too large: at most {MAX_BODY_BYTES // 1024} KB")
     body = await request.body()
@@ -106,7 +115,7 @@ async def json_object(request: Request[Any, Any, Any], *, optional: bool = False
         raise PayloadTooLarge(f"Request body too large: at most {MAX_BODY_BYTES // 1024} KB")
     if optional and not body.strip():
         return {}
-    if not _is_json(request.headers.get("content-type", "")):
+    if not _is_json(header(request, b"content-type") or ""):
         raise BadRequest("Content-Type must be application/json")
     try:
         decoded = _decoder.decode(body)

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from matching.snapshot import SHARDS
-from store.hot import day_of, new_id, shard_of
+from store.hot import day_of, new_id, random_uuid, shard_of
 
 
 def _reference_shard_of(an_id: str) -> int | None:
@@ -34,6 +34,16 @@ def test_new_ids_are_version_4_uuids_of_their_shard() -> None:
             assert parsed.version == 4
             assert parsed.variant == uuid.RFC_4122
             assert shard_of(an_id) == shard
+
+
+def test_random_uuids_are_canonical_version_4() -> None:
+    for _ in range(2_000):
+        text = random_uuid()
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+    assert {random_uuid()[0] for _ in range(2_000)} == set("0123456789abcdef")
 
 
 def test_new_ids_differ() -> None:
