@@ -47,6 +47,7 @@ async def make_offer(
     """
     excluded: set[str] = set()
     outcome: Match | NoMatch = NoMatch("no_eligible")
+    expires_at = now + timedelta(seconds=ttl_seconds)
     for _ in range(_MAX_ATTEMPTS):
         outcome = select(
             snapshot,
@@ -60,7 +61,6 @@ async def make_offer(
         )
         if isinstance(outcome, NoMatch):
             return outcome
-        expires_at = now + timedelta(seconds=ttl_seconds)
         fields = {
             "channel": channel,
             "publisher": screen.publisher_id,
