@@ -3,11 +3,13 @@ and an accept, on the bench inventory, calling the ASGI app directly (no server,
 
     .venv/bin/python -m bench.inprocess [--requests 3000] [--cprofile]
 
-Requests go one at a time, so each Redis round trip is waited for; the figure that matters is
-this process's CPU time per request (`time.process_time`), which the other load on the machine
-changes far less than wall-clock rates. "CPU share" is healthz's CPU per request over the
-endpoint's: the in-process analogue of "share of the trivial GET" (a served request adds
-granian's own, equal, cost to both). `--cprofile` also writes .run/bench/cprofile-<endpoint>.txt
+Requests go one at a time, so each Redis round trip is waited for; the figures that matter are
+this process's user and system CPU time per request, which the other load on the machine
+changes far less than wall-clock rates. System time is mostly the one socket write to Redis a
+lone request pays (concurrent requests share it through auto-pipelining); user time is the
+Python work. "share" is healthz's CPU per request over the endpoint's: the in-process analogue
+of "share of the trivial GET" (a served request adds granian's own cost to both).
+`--cprofile` also writes .run/bench/cprofile-<endpoint>.txt
 (top functions by own time), which shows short functions that pyinstrument's sampling hides.
 """
 
@@ -17,6 +19,7 @@ import argparse
 import asyncio
 import cProfile
 import io
+import os
 import pstats
 import random
 import time
@@ -24,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
+import redis
 
 from bench import seed, server, workload
 from bench.profile import ROOT
@@ -128,7 +132,8 @@ async def measure(
         ("accept", accept),
     ]
     rates: dict[str, float] = {}
-    cpu: dict[str, float] = {}
+    user: dict[str, float] = {}
+    system: dict[str, float] = {}
     profiles: dict[str, str] = {}
     async with app.lifespan():
         await app.state.runtime.reload_inventory()
@@ -137,20 +142,25 @@ async def measure(
                 await make_offers(count + 200)
             for _ in range(200):  # warm up: caches, script loading, connections
                 await send()
-            rates[name], cpu[name], profiles[name] = await _rate(name, send, count, prof)
+            rates[name], user[name], system[name], profiles[name] = await _rate(
+                name, send, count, prof
+            )
     for name, rate in rates.items():
+        cpu = user[name] + system[name]
         print(
-            f"{name:15s} {rate:8,.0f} req/s  {cpu[name]:6.0f} us CPU/request"
-            f"  CPU share {cpu['healthz'] / cpu[name]:.2f}"
+            f"{name:15s} {rate:8,.0f} req/s  CPU/request {cpu:4.0f} us"
+            f" (user {user[name]:4.0f}, system {system[name]:4.0f})"
+            f"  share {(user['healthz'] + system['healthz']) / cpu:.2f}"
+            f", user share {user['healthz'] / user[name]:.2f}"
         )
     return profiles
 
 
-async def _rate(name: str, send: Send, count: int, prof: bool) -> tuple[float, float, str]:
-    """Requests/s of `count` sends, this process's CPU microseconds per send, and with `prof`
-    a cProfile of them (top own times)."""
+async def _rate(name: str, send: Send, count: int, prof: bool) -> tuple[float, float, float, str]:
+    """Requests/s of `count` sends, this process's user and system CPU microseconds per send
+    (system: mostly the socket write to Redis), and with `prof` a cProfile of them."""
     profiler = cProfile.Profile() if prof else None
-    started, started_cpu = time.perf_counter(), time.process_time()
+    started, started_cpu = time.perf_counter(), os.times()
     if profiler:
         profiler.enable()
     for _ in range(count):
@@ -160,12 +170,31 @@ async def _rate(name: str, send: Send, count: int, prof: bool) -> tuple[float, f
     if profiler:
         profiler.disable()
     rate = count / (time.perf_counter() - started)
-    cpu_us = (time.process_time() - started_cpu) / count * 1e6
+    ended_cpu = os.times()
+    user_us = (ended_cpu.user - started_cpu.user) / count * 1e6
+    system_us = (ended_cpu.system - started_cpu.system) / count * 1e6
     out = io.StringIO()
     if profiler:
         profiler.dump_stats(ROOT / f"cprofile-{name}.prof")
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(40)
-    return rate, cpu_us, out.getvalue()
+    return rate, user_us, system_us, out.getvalue()
+
+
+def _wait_until_loaded(redis_url: str, timeout_s: float = 60.0) -> None:
+    """A restarted Redis answers LOADING while it reads its dump back; wait that out."""
+    client = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.exceptions.BusyLoadingError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        client.close()
 
 
 def main() -> None:
@@ -175,6 +204,7 @@ def main() -> None:
     args = parser.parse_args()
     backends = server.start_backends(ROOT / "servers")
     try:
+        _wait_until_loaded(backends.redis_url)
         doc = seed.full_document()
         database = asyncio.run(server.fresh_database(backends.database_url, "bench_inprocess"))
         seeded = server.seed(database, server.fresh_redis(backends.redis_url, 3), doc)
