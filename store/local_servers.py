@@ -153,6 +153,21 @@ class RedisServer:
             start_new_session=True,
         )
         _wait_for_port(self.port, self.proc, "redis", log)
+        self._wait_loaded()
+
+    def _wait_loaded(self) -> None:
+        """The port opens before the append-only file is read back; wait for PONG, not LOADING."""
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), 1.0) as conn,
+            ):
+                conn.sendall(b"PING\r\n")
+                if conn.recv(64).startswith(b"+PONG"):
+                    return
+            time.sleep(0.05)
+        raise LocalServerError(f"redis on port {self.port} did not finish loading in time")
 
     def stop(self, *, kill: bool = False) -> None:
         if self.proc is None:
