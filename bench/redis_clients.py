@@ -49,9 +49,8 @@ async def compare(url: str, callers: int, calls: int) -> None:
         total = callers * calls
         for name, call in runs.items():
             elapsed = await _measure(call, callers, calls)
-            print(
-                f"{name:>18}: {total / elapsed:>9,.0f} calls/s, {elapsed / total * 1e6:6.1f} us/call"
-            )
+            rate, cost = total / elapsed, elapsed / total * 1e6
+            print(f"{name:>18}: {rate:>9,.0f} calls/s, {cost:6.1f} us/call")
     finally:
         await client.aclose()
         await piped.aclose()
