@@ -84,6 +84,18 @@ def billing_codes_key(shard: int) -> str:
     return f"{tag(shard)}:bc"
 
 
+def _offer_keys(shard: int, offer_id: str, today: str, yesterday: str) -> list[str]:
+    """KEYS 1-6 of every script that settles an offer (respond, expire, loss, track)."""
+    return [
+        offer_key(shard, offer_id),
+        budget_key(shard),
+        day_key(shard, today),
+        day_key(shard, yesterday),
+        queue_key(shard),
+        expiry_key(shard),
+    ]
+
+
 def queue_keys() -> list[str]:
     return [queue_key(s) for s in range(SHARDS)]
 
@@ -311,12 +323,7 @@ class HotState:
             payload = {**payload, "deal_id": deal_id}
         today, yesterday = _day_pair(now)
         keys = [
-            offer_key(shard, offer_id),
-            budget_key(shard),
-            day_key(shard, today),
-            day_key(shard, yesterday),
-            queue_key(shard),
-            expiry_key(shard),
+            *_offer_keys(shard, offer_id, today, yesterday),
             billing_codes_key(shard),
             deal_key(shard, deal_id or offer_id),
         ]
@@ -354,14 +361,7 @@ class HotState:
             calls = []
             for raw in due:
                 offer_id = _text(raw)
-                keys = [
-                    offer_key(shard, offer_id),
-                    budget_key(shard),
-                    day_key(shard, today),
-                    day_key(shard, yesterday),
-                    queue_key(shard),
-                    expiry_key(shard),
-                ]
+                keys = _offer_keys(shard, offer_id, today, yesterday)
                 args: list[Arg] = [offer_id, now_ms, today, yesterday, self.retention_ms]
                 calls.append(self._expire(keys, args))
             results = await asyncio.gather(*calls)
@@ -376,14 +376,7 @@ class HotState:
         if shard is None:
             return "unknown", 0
         today, yesterday = _day_pair(now)
-        keys = [
-            offer_key(shard, offer_id),
-            budget_key(shard),
-            day_key(shard, today),
-            day_key(shard, yesterday),
-            queue_key(shard),
-            expiry_key(shard),
-        ]
+        keys = _offer_keys(shard, offer_id, today, yesterday)
         args: list[Arg] = [
             epoch_ms(now),
             today,
@@ -410,15 +403,7 @@ class HotState:
         if shard is None:
             return "unknown"
         today, yesterday = _day_pair(now)
-        keys = [
-            offer_key(shard, offer_id),
-            budget_key(shard),
-            day_key(shard, today),
-            day_key(shard, yesterday),
-            queue_key(shard),
-            expiry_key(shard),
-            billing_codes_key(shard),
-        ]
+        keys = [*_offer_keys(shard, offer_id, today, yesterday), billing_codes_key(shard)]
         args: list[Arg] = [
             epoch_ms(now),
             today,
