@@ -32,7 +32,6 @@ import redis
 from bench import seed, server, workload
 from bench.profile import ROOT
 from bidder.app import create_app
-from bidder.settings import load_settings
 
 _ACCEPT_BODY = b'{"action": "accept", "accepted_price_cents": 0.01}'
 Send = Callable[[], Awaitable[tuple[int, bytes]]]
@@ -90,18 +89,7 @@ def _auth(key: str) -> tuple[bytes, bytes]:
 async def measure(
     seeded: server.Seeded, targets: list[workload.Target], count: int, prof: bool
 ) -> dict[str, str]:
-    settings = load_settings(
-        {
-            "DATABASE_URL": seeded.database_url,
-            "REDIS_URL": seeded.redis_url,
-            "ADMIN_TOKEN": server.ADMIN_TOKEN,
-            "SIGNING_SECRETS": server.SIGNING_SECRETS,
-            "PUBLIC_BASE_URL": "http://bench.local",
-            "OFFER_TTL_SECONDS": "1800",
-            "LOG_LEVEL": "WARNING",
-            "RECORD_WRITER": "0",
-        }
-    )
+    settings = server.in_process_settings(seeded)
     app = create_app(settings)
     call = _Asgi(app)
     rng = random.Random(5)

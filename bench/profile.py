@@ -24,24 +24,12 @@ from pyinstrument import Profiler
 
 from bench import seed, server, workload
 from bidder.app import create_app
-from bidder.settings import load_settings
 
 ROOT = Path(".run/bench")
 
 
 async def profile(seeded: server.Seeded, doc_targets: list[workload.Target], count: int) -> None:
-    settings = load_settings(
-        {
-            "DATABASE_URL": seeded.database_url,
-            "REDIS_URL": seeded.redis_url,
-            "ADMIN_TOKEN": server.ADMIN_TOKEN,
-            "SIGNING_SECRETS": server.SIGNING_SECRETS,
-            "PUBLIC_BASE_URL": "http://bench.local",
-            "OFFER_TTL_SECONDS": "1800",
-            "LOG_LEVEL": "WARNING",
-            "RECORD_WRITER": "0",
-        }
-    )
+    settings = server.in_process_settings(seeded)
     app = create_app(settings)
     rng = random.Random(5)
     moving = workload.moving(doc_targets)

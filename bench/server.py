@@ -25,6 +25,7 @@ import httpx
 import redis
 
 from bidder.auth import hash_key, new_api_key
+from bidder.settings import Settings, load_settings
 from matching.inventory import InventoryDocument
 from store.inventory_repo import create_api_key, import_document
 from store.local_servers import LocalServers, free_port
@@ -36,6 +37,23 @@ KEY_PREFIX = "dk_stg_"
 SERVER_CPU = "0"
 LOADGEN_CPU = "1"
 READY_TIMEOUT_S = 120.0
+
+
+def in_process_settings(seeded: Seeded) -> Settings:
+    """Settings for the app run inside a measuring process (bench.profile, bench.inprocess):
+    no record writer, offers that outlive the run."""
+    return load_settings(
+        {
+            "DATABASE_URL": seeded.database_url,
+            "REDIS_URL": seeded.redis_url,
+            "ADMIN_TOKEN": ADMIN_TOKEN,
+            "SIGNING_SECRETS": SIGNING_SECRETS,
+            "PUBLIC_BASE_URL": "http://bench.local",
+            "OFFER_TTL_SECONDS": "1800",
+            "LOG_LEVEL": "WARNING",
+            "RECORD_WRITER": "0",
+        }
+    )
 
 
 def taskset(cpu: str) -> list[str]:
