@@ -1,0 +1,74 @@
+"""/healthz, /readyz and /metrics as decisions section 8 defines them: ready means Redis reachable
+and the inventory snapshot loaded; Postgres being down does not make an instance unready."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import asyncpg
+from litestar.testing import AsyncTestClient
+
+from bidder.app import create_app
+from store.local_servers import PostgresServer, free_port
+from store.postgres import migrate
+from tests.conftest import ServerUrls, make_settings
+from tests.factories import basic_document, seed
+
+
+async def test_not_ready_without_redis(servers: ServerUrls, clean: None) -> None:
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    app = create_app(make_settings(servers, REDIS_URL=closed, RECORD_WRITER="0"))
+    async with AsyncTestClient(app) as client:
+        alive = await client.get("/healthz")
+        assert alive.status_code == 200
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503
+        body = ready.json()
+        assert body["redis"] != "ok"
+        assert body["postgres"] == "ok"
+        assert body["status"] == "not ready"
+
+
+async def test_postgres_down_keeps_a_loaded_instance_ready(
+    servers: ServerUrls, clean: None, tmp_path: Path
+) -> None:
+    postgres = PostgresServer(tmp_path / "pg", free_port())
+    postgres.start()
+    try:
+        conn = await asyncpg.connect(postgres.url)
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+        await seed(postgres.url, basic_document())
+        app = create_app(make_settings(servers, DATABASE_URL=postgres.url, RECORD_WRITER="0"))
+        async with AsyncTestClient(app) as client:
+            ready = await client.get("/readyz")
+            assert ready.status_code == 200, ready.text
+            body = ready.json()
+            assert body["postgres"] == "ok"
+            assert body["inventory"]["status"] == "ok"
+            assert body["queue"] == {"depth": 0, "lag_seconds": 0.0}
+
+            postgres.stop()
+            still = await client.get("/readyz")
+            assert still.status_code == 200, still.text
+            down = still.json()
+            assert down["redis"] == "ok"
+            assert down["postgres"] != "ok"
+            assert down["inventory"]["status"] == "ok"
+    finally:
+        postgres.stop()
+
+
+async def test_metrics_count_requests_by_route(servers: ServerUrls, clean: None) -> None:
+    app = create_app(make_settings(servers, RECORD_WRITER="0"))
+    async with AsyncTestClient(app) as client:
+        for _ in range(3):
+            await client.get("/healthz")
+        metrics = await client.get("/metrics")
+        assert metrics.status_code == 200
+        text = metrics.text
+        assert 'http_requests_total{method="GET",route="/healthz",status="200"} 3.0' in text
+        assert "http_request_duration_seconds_bucket" in text
+        assert "record_queue_depth" in text
