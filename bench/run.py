@@ -56,6 +56,7 @@ class BenchConfig:
     root: Path = ROOT
     results: Path = report.RESULTS_DIR
     command: str = "python -m bench"
+    separate_writer: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> BenchConfig:
@@ -68,6 +69,7 @@ class BenchConfig:
             root=Path(args.root),
             results=Path(args.results),
             command=args.command_line,
+            separate_writer=args.separate_writer,
         )
         if args.quick:
             cfg.wrk_seconds, cfg.locust_seconds, cfg.locust_users = 3.0, 8, 20
@@ -86,6 +88,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default="", help="report name (default: full or quick)")
     parser.add_argument("--wrk-seconds", type=float, default=0.0, help="seconds per wrk run")
     parser.add_argument("--locust-seconds", type=int, default=0, help="Locust run time")
+    parser.add_argument(
+        "--separate-writer",
+        action="store_true",
+        help="drain the record queue with a `bidder writer` process on the load generator's core "
+        "(RECORD_WRITER=0 in the web worker) instead of inside the worker",
+    )
     parser.add_argument("--root", default=str(ROOT), help="working folder (servers, data)")
     parser.add_argument("--results", default=str(report.RESULTS_DIR), help="report folder")
 
@@ -376,9 +384,24 @@ async def _check(seeded: server.Seeded, seen: invariants.Acknowledged) -> list[i
 
 
 def start_worker(cfg: BenchConfig, seeded: server.Seeded, label: str) -> server.Worker:
-    worker = server.Worker(seeded, cfg.root / "logs" / f"worker-{label}.log")
+    """The web worker, and with `separate_writer` a `bidder writer` process beside the load
+    generator (production's layout for more than one worker: RECORD_WRITER=0 + writers)."""
+    writer = None
+    if cfg.separate_writer:
+        writer = server.Writer(seeded, cfg.root / "logs" / f"writer-{label}.log")
+        writer.start()
+    worker = server.Worker(
+        seeded,
+        cfg.root / "logs" / f"worker-{label}.log",
+        env_overrides={"RECORD_WRITER": "0" if cfg.separate_writer else "1"},
+        writer=writer,
+    )
     log(f"starting the {label} worker on :{worker.port}")
-    worker.start()
+    try:
+        worker.start()
+    except BaseException:
+        worker.stop()  # stops the writer too
+        raise
     return worker
 
 
@@ -496,8 +519,13 @@ def write(
             "inventory": f"{len(doc.publishers)} publishers, {len(doc.screens):,} screens, "
             f"{len(doc.campaigns):,} campaigns, {len(doc.creatives):,} creatives "
             f"(bench/seed.py, seed {seed.FULL_SEED})",
-            "worker": "one granian worker (asgi, uvloop), taskset -c 0; "
-            "LOG_LEVEL=WARNING, RECORD_WRITER=1, OFFER_TTL_SECONDS=1800",
+            "worker": "one granian worker (asgi, uvloop), taskset -c 0; LOG_LEVEL=WARNING, "
+            + (
+                "RECORD_WRITER=0, one `bidder writer` process on CPU 1 drains the record queue"
+                if cfg.separate_writer
+                else "RECORD_WRITER=1 (the worker drains the record queue)"
+            )
+            + ", OFFER_TTL_SECONDS=1800",
             "load": f"wrk -t1 on CPU 1, {throughput.PEAK_CONNECTIONS} connections for peaks, "
             f"{throughput.PACED_CONNECTIONS} with exponential think time for paced runs, "
             f"{cfg.wrk_seconds:g} s each",

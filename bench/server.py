@@ -149,6 +149,41 @@ async def seed_database(
 
 
 @dataclass
+class Writer:
+    """A standalone `bidder writer` process on the load generator's core."""
+
+    seeded: Seeded
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = Worker(self.seeded, self.log_path).environment()
+        command = [*taskset(LOADGEN_CPU), sys.executable, "-m", "bidder.cli", "writer"]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@dataclass
 class Worker:
     """One granian worker serving bidder.app:app_from_env."""
 
@@ -158,6 +193,7 @@ class Worker:
     env_overrides: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     pinned: bool = False
+    writer: Writer | None = None
 
     @property
     def base_url(self) -> str:
@@ -277,6 +313,8 @@ class Worker:
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.proc = None
+        if self.writer is not None:
+            self.writer.stop()
 
 
 def seed(
