@@ -28,7 +28,7 @@ from bidder.auth import hash_key, new_api_key
 from bidder.settings import Settings, load_settings
 from matching.inventory import InventoryDocument
 from store.inventory_repo import create_api_key, import_document
-from store.local_servers import LocalServers, free_port
+from store.local_servers import LocalServers, free_port, stop_process
 from store.postgres import migrate
 
 ADMIN_TOKEN = "bench-admin-token-0123456789abcdef"
@@ -173,13 +173,7 @@ class Writer:
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, signal.SIGTERM, 30)
         self.proc = None
 
 

