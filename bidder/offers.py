@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
 from bidder.runtime import Runtime
 from matching.engine import Match, NoMatch, VideoSlot, select
@@ -39,7 +38,6 @@ async def make_offer(
     min_price_micros: int = 0,
     slot: VideoSlot | None = None,
     extra_fields: dict[str, str] | None = None,
-    payload: dict[str, Any] | None = None,
 ) -> MadeOffer | NoMatch:
     """The best eligible offer for `screen`, reserved and stored, or why there is none.
 
@@ -68,7 +66,7 @@ async def make_offer(
             **(extra_fields or {}),
         }
         result = await rt.hot.reserve(
-            outcome.campaign, outcome.price_micros, screen.id, now, expires_at, fields, payload
+            outcome.campaign, outcome.price_micros, screen.id, now, expires_at, fields
         )
         if not isinstance(result, Refused):
             return MadeOffer(result.offer_id, outcome, expires_at)

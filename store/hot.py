@@ -1,9 +1,11 @@
 """The hot state in Redis: offers, budget reservations, counters, and the record queue.
 
-Every state change is one Lua script (store/lua/*.lua) that also appends the matching record to
-the shard's queue stream, so no crash can fall between a change and its record. All keys a
-script touches carry the same hash tag `{bN}`, N being the campaign's shard, so each script stays
-within one Redis Cluster slot. Offer and deal ids carry their shard in their first hex digit.
+Every state change is one Lua script (store/lua/*.lua). Each outcome (answer, loss, tracking,
+expiry, playout) appends its record to the shard's queue stream in the same step, so no crash can
+fall between a change and its record; a reservation appends none, the open offer stays in Redis
+until its outcome's record carries it to Postgres. All keys a script touches carry the same hash
+tag `{bN}`, N being the campaign's shard, so each script stays within one Redis Cluster slot.
+Offer and deal ids carry their shard in their first hex digit.
 """
 
 from __future__ import annotations
@@ -247,9 +249,12 @@ class HotState:
         now: datetime,
         expires_at: datetime,
         fields: Mapping[str, str],
-        payload: Mapping[str, Any] | None = None,
     ) -> Reserved | Refused:
-        """Create an offer and reserve its price; refuse when a budget or the cap is reached."""
+        """Create an offer and reserve its price; refuse when a budget or the cap is reached.
+
+        No record is queued: the open offer lives in Redis only, and its outcome's record
+        carries it to Postgres.
+        """
         shard = campaign.shard
         offer_id = new_id(shard)
         utc = now.astimezone(UTC)
@@ -279,7 +284,6 @@ class HotState:
             now_ms,
             expires_ms,
             max(expires_ms - now_ms, 0) + self.retention_ms,
-            _json.encode(payload).decode() if payload else "{}",
         ]
         argv.extend(chain.from_iterable(offer.items()))  # the offer's fields as name, value pairs
         keys = [
@@ -288,7 +292,6 @@ class HotState:
             freq_key(shard, hour),
             offer_key(shard, offer_id),
             expiry_key(shard),
-            queue_key(shard),
         ]
         result = await self._reserve(keys, argv)
         if int(result[0]) == 1:

@@ -94,7 +94,6 @@ async def _make_bid(
         min_price_micros=openrtb_min_bid_micros(ask.bidfloor, ask.audience),
         slot=VideoSlot(ask.width, ask.height, ask.mimes),
         extra_fields=fields,
-        payload=fields,
     )
 
 

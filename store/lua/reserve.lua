@@ -1,9 +1,11 @@
 -- Create an offer (Core) or a bid (OpenRTB) and reserve its price, atomically.
+-- It enqueues no record: the open offer lives only in Redis, and its outcome record (accept,
+-- reject, loss, impression, tracking, expiry) carries the whole offer hash to Postgres
+-- (docs/decisions.md, "An open offer lives only in Redis").
 -- KEYS: 1 budget hash, 2 today's day hash, 3 this hour's frequency hash, 4 offer hash,
---       5 expiry zset, 6 record queue (stream)
+--       5 expiry zset
 -- ARGV: 1 campaign id, 2 price, 3 daily limit (-1: none), 4 frequency cap (-1: none),
---       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms, 9 record payload (JSON),
---       10.. offer field/value pairs
+--       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms, 9.. offer field/value pairs
 -- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}.
 local cid, price = ARGV[1], tonumber(ARGV[2])
 local daily_limit, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -30,12 +32,11 @@ if cap >= 0 then
   redis.call('PEXPIRE', KEYS[3], 7200000)
 end
 local offer = {}
-for i = 10, #ARGV, 2 do offer[ARGV[i]] = ARGV[i + 1] end
+for i = 9, #ARGV, 2 do offer[ARGV[i]] = ARGV[i + 1] end
 offer['status'] = 'open'
 local fields = {}
 for k, v in pairs(offer) do fields[#fields + 1] = k; fields[#fields + 1] = v end
 redis.call('HSET', KEYS[4], unpack(fields))
 redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[8]))
 redis.call('ZADD', KEYS[5], tonumber(ARGV[7]), offer['offer_id'])
-enqueue(KEYS[6], 'offer_created', offer, ARGV[9], {})
 return {1, total, reserved + price, spent}
