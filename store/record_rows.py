@@ -274,6 +274,10 @@ def _add_tracking(
     )
 
 
+# `offer_created` is produced no more (a reservation queues nothing; the outcome record carries
+# the offer), but entries an older version queued before a rolling deploy must still drain: one
+# upserts an `open` offer row, which the outcome record later makes final (the upsert never
+# turns a final row back to open, whichever order they arrive in).
 _OFFER_KINDS = frozenset(
     {
         "offer_created",

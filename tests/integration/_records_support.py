@@ -1,5 +1,10 @@
 """Shared by the record writer tests: records made through the real Lua scripts, draining, and
-the checks every durability test ends with (exactly once, every campaign balances)."""
+the checks every durability test ends with (exactly once, every campaign balances).
+
+A reservation queues no record: an offer reaches Postgres only with its outcome's record (which
+carries the whole offer), and an offer still open lives in Redis alone. So the records an
+operation makes are its outcomes (docs/architecture.md, "Records"), counted in `Expected.records`.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +20,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from matching.money import split_gross
-from matching.snapshot import CampaignInfo, Snapshot, build_snapshot
-from store.hot import QUEUE_GROUP, HotState, Reserved, queue_keys
+from matching.snapshot import SHARDS, CampaignInfo, Snapshot, build_snapshot
+from store.hot import QUEUE_GROUP, HotState, Reserved, expiry_key, offer_key, queue_keys
 from store.postgres import Conn
 from store.records import RecordWriter, queue_stats
 from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING, basic_document, seed
@@ -37,16 +42,22 @@ RECORD_TABLES = (
 
 @dataclass
 class Expected:
-    """Rows the acknowledged operations must produce, counted from what was done."""
+    """Rows the acknowledged operations must produce, counted from what was done: `offers`
+    have a row (they have an outcome), `open_offers` have none yet (they live in Redis only),
+    and `records` is how many queue entries the operations made."""
 
     rows: Counter[str] = field(default_factory=Counter)
     deals: list[str] = field(default_factory=list)
     offers: list[str] = field(default_factory=list)
+    open_offers: list[str] = field(default_factory=list)
+    records: int = 0
 
     def merge(self, other: Expected) -> None:
         self.rows.update(other.rows)
         self.deals += other.deals
         self.offers += other.offers
+        self.open_offers += other.open_offers
+        self.records += other.records
 
 
 async def prepare(redis: Redis, database_url: str) -> tuple[HotState, CampaignInfo]:
@@ -109,18 +120,19 @@ async def core_accept_and_play(hot: HotState, camp: CampaignInfo) -> Expected:
     )
     assert played.status == "new"
     rows = Counter(offers=1, deals=1, billing_records=1, playouts=1)
-    return Expected(rows, [deal_id], [offer_id])
+    return Expected(rows, [deal_id], [offer_id], records=2)  # offer_accepted, playout_confirmed
 
 
 async def core_reject(hot: HotState, camp: CampaignInfo) -> Expected:
     offer_id = await _reserve(hot, camp, "core")
     await hot.respond(offer_id, PUB, "reject", datetime.now(UTC), {"rejection_reason": "full"})
-    return Expected(Counter(offers=1, rejections=1), [], [offer_id])
+    return Expected(Counter(offers=1, rejections=1), [], [offer_id], records=1)  # offer_rejected
 
 
 async def core_open(hot: HotState, camp: CampaignInfo) -> Expected:
+    """Not answered yet: no record, no row; Redis holds the offer and its reservation."""
     offer_id = await _reserve(hot, camp, "core")
-    return Expected(Counter(offers=1), [], [offer_id])
+    return Expected(open_offers=[offer_id])
 
 
 async def openrtb_billed_then_lost(hot: HotState, camp: CampaignInfo) -> Expected:
@@ -131,20 +143,21 @@ async def openrtb_billed_then_lost(hot: HotState, camp: CampaignInfo) -> Expecte
     await hot.track(offer_id, "complete", now, _tracking("complete"), _billing(PRICE))
     await hot.loss(offer_id, now, {"reason": "102", "price": None, "aid": "a", "body": None})
     rows = Counter(offers=1, billing_records=1, tracking_events=2, loss_notices=1)
-    return Expected(rows, [], [offer_id])
+    # impression_billed + tracking_event (impression), tracking_event (complete), loss_notice
+    return Expected(rows, [], [offer_id], records=4)
 
 
 async def openrtb_lost(hot: HotState, camp: CampaignInfo) -> Expected:
     offer_id = await _reserve(hot, camp, "openrtb")
     await hot.loss(offer_id, datetime.now(UTC), {"reason": "3", "price": "1.2", "body": {"x": 1}})
-    return Expected(Counter(offers=1, loss_notices=1), [], [offer_id])
+    return Expected(Counter(offers=1, loss_notices=1), [], [offer_id], records=1)  # loss_notice
 
 
 async def core_expired(hot: HotState, camp: CampaignInfo) -> Expected:
     offer_id = await _reserve(hot, camp, "core", ttl=timedelta(milliseconds=1))
     await asyncio.sleep(0.005)
     await hot.expire_due(datetime.now(UTC))
-    return Expected(Counter(offers=1), [], [offer_id])
+    return Expected(Counter(offers=1), [], [offer_id], records=1)  # offer_expired
 
 
 MIX = (
@@ -197,23 +210,39 @@ async def assert_exactly_once(conn: Conn, expected: Expected) -> None:
         "SELECT count(*) FROM offers WHERE offer_id = ANY($1::uuid[])", expected.offers
     )
     assert stored == len(expected.offers)
+    still_open = await conn.fetchval(
+        "SELECT count(*) FROM offers WHERE offer_id = ANY($1::uuid[])", expected.open_offers
+    )
+    assert still_open == 0
+
+
+async def open_offers_in_redis(redis: Redis) -> dict[str, int]:
+    """Per campaign, the prices (micro-cents) of the open offers Redis holds: the members of
+    every shard's expiry set whose hash still says `open`."""
+    prices: Counter[str] = Counter()
+    for shard in range(SHARDS):
+        for raw in await redis.zrange(expiry_key(shard), 0, -1):
+            offer_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+            campaign, price, status = await redis.hmget(
+                offer_key(shard, offer_id), ["campaign", "price", "status"]
+            )
+            if status == b"open" and isinstance(campaign, bytes) and price is not None:
+                prices[campaign.decode()] += int(price)
+    return dict(prices)
 
 
 async def assert_balanced(redis: Redis, conn: Conn) -> None:
     """budget = remaining + reserved + spent, where spent is what the billing records in
-    Postgres prove and reserved is the open offers' prices."""
+    Postgres prove and reserved is the prices of the open offers, which only Redis holds."""
     budgets = await HotState(redis).read_budgets(datetime.now(UTC))
+    open_prices = await open_offers_in_redis(redis)
     for cid, budget in budgets.items():
         billed = await conn.fetchval(
             "SELECT coalesce(sum(gross_price_cents), 0) FROM billing_records "
             "WHERE campaign_id = $1",
             cid,
         )
-        open_sum = await conn.fetchval(
-            "SELECT coalesce(sum(bid_price_cents), 0) FROM offers "
-            "WHERE campaign_id = $1 AND status = 'open'",
-            cid,
-        )
+        open_sum = Decimal(open_prices.get(cid, 0)).scaleb(-6)
         total = await conn.fetchval("SELECT budget_cents FROM campaigns WHERE id = $1", cid)
         spent, reserved = Decimal(budget.spent).scaleb(-6), Decimal(budget.reserved).scaleb(-6)
         assert spent == billed, (cid, spent, billed)

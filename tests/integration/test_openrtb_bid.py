@@ -12,10 +12,12 @@ import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import asyncpg
 import httpx
 import jsonschema
 import pytest
@@ -27,9 +29,11 @@ from bidder.runtime import utcnow
 from bidder.settings import Settings
 from bidder.signing import verify
 from store.hot import HotState, connect, queue_keys
+from store.records import RecordWriter
 from tests import factories as f
 from tests.conftest import ServerUrls, make_settings
 from tests.integration._core_helpers import Live, live_app
+from tests.integration._records_support import drain
 from tests.paths import OPENRTB_SCHEMAS, VAST_4_0_XSD
 
 BID = "/functions/v1/openrtb-2-6/bid"
@@ -256,12 +260,68 @@ async def test_bid_response_is_exactly_the_contract_table(
     # The bid reserved its price.
     budget = (await live.rt.hot.read_budgets(utcnow()))[f.CAMPAIGN]
     assert budget.reserved == 29_867_500
-    created = await queue_records(live.rt.redis, "offer_created")
-    assert len(created) == 1
-    assert created[0]["o"]["channel"] == "openrtb"
-    assert created[0]["p"]["auction_id"] == "auction-42"
-    assert created[0]["p"]["pmp_deal_id"] == "deal-7"
-    assert Decimal(created[0]["p"]["audience"]) == Decimal("119.47")
+    # ...and queued no record: the open bid lives in Redis until its outcome's record carries it.
+    assert await queue_records(live.rt.redis) == []
+    held = await live.rt.hot.offer(offer_id)
+    assert held is not None
+    assert held["status"] == "open"
+
+
+@pytest.mark.parametrize("outcome", ["loss_notice", "offer_expired"])
+async def test_the_outcome_record_carries_the_bid_request_fields_to_postgres(
+    live: Live, settings: Settings, outcome: str
+) -> None:
+    """A bid queues no record; its outcome's record (a loss notice, or the sweeper's expiry)
+    carries the request's auction id, impression id, PMP deal id and audience in `o`, and the
+    record writer puts them on the offer's row."""
+    headers = await seeded(live)
+    response = await post_bid(live, headers, bid_request())
+    assert response.status_code == 200, response.text
+    bid = response.json()["seatbid"][0]["bid"][0]
+    offer_id = bid["adid"]
+    assert await queue_records(live.rt.redis) == []
+
+    if outcome == "loss_notice":
+        lurl = bid["lurl"].replace("reason=${AUCTION_LOSS}", "reason=102")
+        parts = urlsplit(lurl)
+        notice = await live.client.get(f"{parts.path}?{parts.query}")
+        assert notice.status_code == 204, notice.text
+    else:
+        past_expiry = utcnow() + timedelta(seconds=settings.offer_ttl_seconds + 1)
+        assert await live.rt.hot.expire_due(past_expiry) == 1
+
+    records = await queue_records(live.rt.redis)
+    assert [r["t"] for r in records] == [outcome]
+    carried = records[0]["o"]
+    assert carried["offer_id"] == offer_id
+    assert (carried["auction_id"], carried["imp_id"], carried["pmp_deal_id"]) == (
+        "auction-42",
+        "imp-1",
+        "deal-7",
+    )
+    assert Decimal(carried["audience"]) == Decimal("119.47")
+
+    pool = await live.rt.connect_postgres()
+
+    async def get_pool() -> asyncpg.Pool:
+        return pool
+
+    await drain(RecordWriter(live.rt.redis, get_pool, consumer="test"), live.rt.redis)
+    row = await pool.fetchrow(
+        "SELECT status, channel, auction_id, imp_id, pmp_deal_id, audience, bid_price_cents "
+        "FROM offers WHERE offer_id = $1",
+        offer_id,
+    )
+    assert row is not None
+    assert dict(row) == {
+        "status": "lost" if outcome == "loss_notice" else "expired",
+        "channel": "openrtb",
+        "auction_id": "auction-42",
+        "imp_id": "imp-1",
+        "pmp_deal_id": "deal-7",
+        "audience": Decimal("119.47"),
+        "bid_price_cents": Decimal("29.8675"),  # 250 cents CPM x 119.47 / 1000
+    }
 
 
 async def test_legacy_totalaud_prices_like_qty(live: Live) -> None:

@@ -4,7 +4,9 @@ failing Postgres are handled without losing or doubling anything."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -22,6 +24,7 @@ from tests.integration._records_support import (
     assert_balanced,
     assert_exactly_once,
     core_accept_and_play,
+    core_open,
     drain,
     make_records,
     pending_count,
@@ -67,14 +70,8 @@ async def test_every_record_type_is_written_once_with_exact_money(
         assert billing["deal_id"] is not None
         rows = await conn.fetch("SELECT status, count(*) AS n FROM offers GROUP BY status")
         statuses = {r["status"]: r["n"] for r in rows}
-        assert statuses == {
-            "accepted": 3,
-            "rejected": 3,
-            "open": 3,
-            "expired": 3,
-            "billed": 3,
-            "lost": 3,
-        }
+        # The 3 offers still open have no row: only Redis holds them until their outcome.
+        assert statuses == {"accepted": 3, "rejected": 3, "expired": 3, "billed": 3, "lost": 3}
         assert await conn.fetchval("SELECT bool_and(bid_price_cents = 2.5) FROM offers")
         reasons = await conn.fetch("SELECT reason FROM rejections")
         assert {r["reason"] for r in reasons} == {"full"}
@@ -99,8 +96,11 @@ async def test_every_record_type_is_written_once_with_exact_money(
             "SELECT count(*) FROM offers WHERE channel = 'openrtb' AND auction_id IS NOT NULL"
         )
         assert auction == 6
-    # per round: 3 + 2 + 1 + 2 + 5 + 2 records (see _records_support.MIX)
-    assert metrics.records_written._value.get() == 3 * 15
+    # per round (see _records_support.MIX), outcome records only, none for a reservation:
+    # accept + playout 2, reject 1, open 0, expiry 1, impression billed + 2 tracking + loss 4,
+    # loss 1
+    assert expected.records == 3 * 9
+    assert metrics.records_written._value.get() == expected.records
     assert await pending_count(redis_client) == 0
 
 
@@ -133,14 +133,17 @@ async def test_poison_entries_go_to_the_dead_letter_stream_and_the_rest_is_writt
     expected = await make_records(hot, camp, rounds=1)
     shard = camp.shard
     await redis_client.xadd(queue_key(shard), {"t": "offer_created", "o": "{not json"})
-    # Decodes, but Postgres refuses it for good: a rejection reason over 500 characters.
-    good: Any = await redis_client.xrange(queue_key(shard), count=1)
-    fields = {k.decode(): v.decode() for k, v in good[0][1].items()}
-    poisoned = fields["o"].replace('"status":"open"', '"status":"rejected","resolved_ms":"1"')
+    # Decodes, but Postgres refuses it for good: a rejection reason over 500 characters. Its
+    # offer stays open in Redis (the script never ran), so it must not reach Postgres at all.
+    still_open = await core_open(hot, camp)
+    offer = await hot.offer(still_open.open_offers[0])
+    assert offer is not None
+    poisoned = json.dumps(offer | {"status": "rejected", "resolved_ms": "1"})
     await redis_client.xadd(
         queue_key(shard),
         {"t": "offer_rejected", "o": poisoned, "p": '{"rejection_reason": "' + "x" * 501 + '"}'},
     )
+    expected.merge(still_open)
     expected.merge(await core_accept_and_play(hot, camp))
     metrics = Metrics()
     writer = _writer(redis_client, pool, metrics)
@@ -169,7 +172,7 @@ async def test_a_playout_whose_deal_is_not_written_yet_waits_instead_of_dying(
     playout = [e for e in batch if e.kind == "playout_confirmed"]
     assert len(playout) == 1
     await writer.write_until_done(playout)  # its deal is held by "another writer"
-    assert await pending_count(redis_client) == 3
+    assert await pending_count(redis_client) == expected.records == 2
     assert await redis_client.xlen(dead_letter_key(camp.shard)) == 0
     await writer.write_until_done([e for e in batch if e.kind != "playout_confirmed"])
     await drain(writer, redis_client)  # the playout comes back through reclaim
@@ -190,7 +193,7 @@ async def test_postgres_failures_keep_the_batch_pending_until_it_is_written(
         if failures:
             failures -= 1
             # While it fails, nothing is acknowledged: every record is still in the queue.
-            assert await pending_count(redis_client) == 15
+            assert await pending_count(redis_client) == expected.records
             raise ConnectionRefusedError("postgres down")
         return pool
 
@@ -202,6 +205,43 @@ async def test_postgres_failures_keep_the_batch_pending_until_it_is_written(
     async with pool.acquire() as conn:
         await assert_exactly_once(conn, expected)
         await assert_balanced(redis_client, conn)
+
+
+async def test_offer_created_entries_of_an_older_version_still_drain(
+    redis_client: Redis, pool: asyncpg.Pool, migrated: str
+) -> None:
+    """No reservation queues `offer_created` any more, but entries an older version queued
+    before a rolling deploy are written: an open row, made final by the outcome, and a late one
+    never turns a final row back to open."""
+    hot, camp = await prepare(redis_client, migrated)
+    writer = _writer(redis_client, pool, Metrics())
+    early, late = [(await core_open(hot, camp)).open_offers[0] for _ in range(2)]
+
+    async def legacy_created(offer_id: str) -> dict[str, str]:
+        """The entry the older reservation script queued: the open offer, empty p and x."""
+        offer = await hot.offer(offer_id)
+        assert offer is not None
+        assert offer["status"] == "open"
+        return {"t": "offer_created", "o": json.dumps(offer), "p": "{}", "x": "{}"}
+
+    async def status_of(offer_id: str) -> Any:
+        async with pool.acquire() as conn:
+            return await conn.fetchval("SELECT status FROM offers WHERE offer_id = $1", offer_id)
+
+    entries = {offer_id: await legacy_created(offer_id) for offer_id in (early, late)}
+    await redis_client.xadd(queue_key(camp.shard), entries[early])  # type: ignore[arg-type]
+    await drain(writer, redis_client)
+    assert await status_of(early) == "open"
+    assert await status_of(late) is None
+    for offer_id in (early, late):
+        await hot.respond(offer_id, PUB, "reject", datetime.now(UTC), {"rejection_reason": "x"})
+    await drain(writer, redis_client)
+    await redis_client.xadd(queue_key(camp.shard), entries[late])  # type: ignore[arg-type]
+    await drain(writer, redis_client)
+    assert (await status_of(early), await status_of(late)) == ("rejected", "rejected")
+    async with pool.acquire() as conn:
+        await assert_balanced(redis_client, conn)
+    assert await pending_count(redis_client) == 0
 
 
 async def test_groups_are_created_on_every_shard(redis_client: Redis) -> None:
