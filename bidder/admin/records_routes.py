@@ -2,7 +2,9 @@
 record and playouts (`GET /admin/v1/deals/{deal_id}`).
 
 An offer is read from Redis while Redis holds it (its live status), else from the records in
-Postgres. A deal is shown from Postgres only, once the record writer has written it: 404 until
+Postgres. An open offer is in Redis only (its row is written with its outcome's record), so
+when Redis cannot be asked and Postgres has no row the answer is 503, not a 404 that may be
+wrong. A deal is shown from Postgres only, once the record writer has written it: 404 until
 then.
 """
 
@@ -60,12 +62,12 @@ def _cents(value: Decimal | None) -> Decimal | None:
     return None if value is None else plain(value)
 
 
-async def _hot_offer(rt: Runtime, offer_id: str) -> dict[str, str] | None:
-    """The offer's hash while Redis holds it; None when it does not (or is unreachable)."""
+async def _hot_offer(rt: Runtime, offer_id: str) -> tuple[dict[str, str] | None, bool]:
+    """The offer's hash while Redis holds it (else None), and whether Redis could be asked."""
     try:
-        return await rt.hot.offer(offer_id)
+        return await rt.hot.offer(offer_id), True
     except (RedisError, OSError):
-        return None
+        return None, False
 
 
 async def _fetch(rt: Runtime, sql: str, *args: Any) -> list[asyncpg.Record]:
@@ -103,11 +105,13 @@ async def get_offer(request: Request[Any, Any, Any], offer_id: FromPath[str]) ->
     """An offer's status and price: live from Redis, else from the records."""
     offer_id = path_uuid(offer_id, "offer_id")
     rt = runtime_of(request)
-    hot = await _hot_offer(rt, offer_id)
+    hot, redis_answered = await _hot_offer(rt, offer_id)
     if hot is not None and "price" in hot:
         return json_response(await _offer_from_redis(rt, hot))
     rows = await _fetch(rt, _OFFER_SQL, offer_id)
     if not rows:
+        if not redis_answered:  # it may be open, and an open offer is in Redis only
+            raise Unavailable("Redis is unavailable, retry shortly", headers={"Retry-After": "1"})
         raise NotFound(f"Offer {offer_id} not found")
     row = rows[0]
     return json_response(

@@ -6,7 +6,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -17,11 +17,13 @@ from redis.asyncio import Redis
 
 from matching.snapshot import build_snapshot
 from store.hot import Answered, HotState, Reserved, budget_key, offer_key, shard_of
+from store.local_servers import free_port
 from store.postgres import create_pool
 from store.reconcile import reconcile
 from store.records import RecordWriter
-from tests.conftest import ADMIN_TOKEN, wait_for_inventory
+from tests.conftest import ADMIN_TOKEN, ServerUrls, make_settings, wait_for_inventory
 from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING, basic_document, seed
+from tests.integration._core_helpers import live_app
 from tests.integration._records_support import (
     ACCEPTED,
     _billing,
@@ -108,6 +110,100 @@ async def test_offer_and_deal_lookups_from_redis_then_postgres(
     assert stored.json()["status"] == "accepted"
     assert stored.json()["deal_id"] == deal_id
     assert stored.json()["bid_price_cents"] == 2.5
+
+
+async def _row_status(database_url: str, offer_id: str, until: str | None = None) -> Any:
+    """The offer's status in Postgres (None: no row); with `until`, wait (10 s at most) for it."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            status = await conn.fetchval("SELECT status FROM offers WHERE offer_id = $1", offer_id)
+            if until is None or status == until or time.monotonic() > deadline:
+                return status
+            await asyncio.sleep(0.05)
+    finally:
+        await conn.close()
+
+
+async def test_an_open_offer_is_shown_from_redis_and_an_expired_one_from_postgres(
+    app_client: AsyncTestClient[Litestar], redis_client: Redis, settings: Any
+) -> None:
+    """An open offer has no row in Postgres (a reservation queues no record), so its status
+    comes from Redis; once the app's sweeper expires an offer, its record reaches Postgres and
+    answers when Redis no longer holds the offer."""
+    await seed(settings.database_url, basic_document())
+    await wait_for_inventory(app_client)
+    hot = HotState(redis_client)
+    camp = build_snapshot(basic_document()).campaigns[CAMPAIGN]
+    fields = {"channel": "core", "publisher": PUB, "creative": CREATIVE_VIDEO}
+    now = datetime.now(UTC)
+    kept = await hot.reserve(
+        camp, 2_500_000, SCREEN_MOVING, now, now.replace(year=now.year + 1), fields
+    )
+    short = await hot.reserve(
+        camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(milliseconds=200), fields
+    )
+    assert isinstance(kept, Reserved)
+    assert isinstance(short, Reserved)
+
+    # The app's sweeper (every 0.5 s) expires the short one; its writer writes the record.
+    assert await _row_status(settings.database_url, short.offer_id, until="expired") == "expired"
+    assert await _row_status(settings.database_url, kept.offer_id) is None
+    live = await app_client.get(f"/admin/v1/offers/{kept.offer_id}", headers=ADMIN)
+    assert live.status_code == 200, live.text
+    assert live.json()["status"] == "open"
+    assert live.json()["bid_price_cents"] == 2.5
+
+    await redis_client.delete(offer_key(camp.shard, short.offer_id))
+    stored = await app_client.get(f"/admin/v1/offers/{short.offer_id}", headers=ADMIN)
+    assert stored.status_code == 200, stored.text
+    assert stored.json() | {"expires_at": None} == {
+        "offer_id": short.offer_id,
+        "status": "expired",
+        "screen_id": SCREEN_MOVING,
+        "campaign_id": CAMPAIGN,
+        "bid_price_cents": 2.5,
+        "expires_at": None,
+        "rejection_reason": None,
+        "deal_id": None,
+    }
+    expires_at = datetime.fromisoformat(stored.json()["expires_at"].replace("Z", "+00:00"))
+    assert abs(expires_at - (now + timedelta(milliseconds=200))) < timedelta(milliseconds=2)
+
+
+async def test_without_redis_an_offer_missing_from_postgres_is_503_not_404(
+    servers: ServerUrls, clean: None
+) -> None:
+    """It may be open, and an open offer is in Redis only; a resolved one still answers from
+    Postgres."""
+    async with live_app(make_settings(servers)) as running:
+        await seed(running.database_url, basic_document())
+        await running.rt.reload_inventory()
+        camp = build_snapshot(basic_document()).campaigns[CAMPAIGN]
+        now = datetime.now(UTC)
+        fields = {"channel": "core", "publisher": PUB, "creative": CREATIVE_VIDEO}
+        made = [
+            await running.rt.hot.reserve(
+                camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), fields
+            )
+            for _ in range(2)
+        ]
+        assert isinstance(made[0], Reserved)
+        assert isinstance(made[1], Reserved)
+        open_id, rejected_id = made[0].offer_id, made[1].offer_id
+        await running.rt.hot.respond(rejected_id, PUB, "reject", now, {"rejection_reason": "x"})
+        assert await _row_status(running.database_url, rejected_id, "rejected") == "rejected"
+
+    broken = make_settings(servers, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
+    async with live_app(broken) as down:
+        unknown = await down.client.get(f"/admin/v1/offers/{open_id}", headers=ADMIN)
+        assert unknown.status_code == 503, unknown.text
+        assert "error" in unknown.json()
+        resolved = await down.client.get(f"/admin/v1/offers/{rejected_id}", headers=ADMIN)
+        assert resolved.status_code == 200, resolved.text
+        assert resolved.json()["status"] == "rejected"
+        assert resolved.json()["rejection_reason"] == "x"
 
 
 async def test_lookups_need_the_admin_token_and_answer_404_for_unknown_ids(
