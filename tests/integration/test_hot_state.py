@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from redis.asyncio import Redis
 
 from matching.snapshot import CampaignInfo, build_snapshot
-from store.hot import Answered, HotState, NotAnswered, Refused, Reserved
+from store.hot import (
+    Answered,
+    HotState,
+    NotAnswered,
+    Refused,
+    Reserved,
+    epoch_ms,
+    expiry_key,
+    queue_key,
+    queue_keys,
+)
 from tests.factories import CAMPAIGN, PUB, PUB_OTHER, SCREEN_MOVING, basic_document, campaign
 
 
@@ -74,3 +86,41 @@ async def test_exactly_one_answer_wins_and_settles(redis_client: Redis) -> None:
     budget = (await hot.read_budgets(now))[CAMPAIGN]
     assert budget.reserved == 0
     assert budget.spent in (0, 2_000_000)
+
+
+async def test_a_reservation_queues_no_record_and_its_expiry_carries_the_offer(
+    redis_client: Redis,
+) -> None:
+    """The open offer lives in Redis only (its hash and the expiry set); the sweeper's expiry
+    is its first record, and that record carries the whole offer."""
+    hot, camp = await _hot(redis_client, "100")
+    now = datetime.now(UTC)
+    fields = {"channel": "openrtb", "publisher": PUB, "creative": "c", "auction_id": "a-1"}
+    made = await hot.reserve(
+        camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(seconds=1), fields
+    )
+    assert isinstance(made, Reserved)
+    assert [await redis_client.xlen(key) for key in queue_keys()] == [0] * len(queue_keys())
+    assert await redis_client.zscore(expiry_key(camp.shard), made.offer_id) is not None
+    held = await hot.offer(made.offer_id)
+    assert held is not None
+    assert held["status"] == "open"
+
+    assert await hot.expire_due(now + timedelta(seconds=2)) == 1
+    entries: Any = await redis_client.xrange(queue_key(camp.shard))
+    assert [entry[b"t"] for _, entry in entries] == [b"offer_expired"]
+    carried = json.loads(entries[0][1][b"o"])
+    assert carried | {"resolved_ms": None} == {
+        **fields,
+        "offer_id": made.offer_id,
+        "campaign": CAMPAIGN,
+        "advertiser": camp.advertiser_id,
+        "screen": SCREEN_MOVING,
+        "price": "2500000",
+        "created_ms": str(epoch_ms(now)),
+        "expires_ms": str(epoch_ms(now + timedelta(seconds=1))),
+        "day": now.strftime("%Y%m%d"),
+        "status": "expired",
+        "resolved_ms": None,
+    }
+    assert (await hot.read_budgets(now))[CAMPAIGN].reserved == 0
