@@ -8,12 +8,23 @@ outside the signature by design; altering a signed one breaks it.
 
 from __future__ import annotations
 
-import base64
+import hashlib
 import hmac
+import re
+from binascii import b2a_base64
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Any
+from urllib.parse import quote
 
 SIGNATURE_PARAM = "token"
+
+_BLOCK = 64  # SHA-256's block size, the HMAC key's padded length (RFC 2104)
+_INNER_PAD = bytes(byte ^ 0x36 for byte in range(256))
+_OUTER_PAD = bytes(byte ^ 0x5C for byte in range(256))
+_URL_SAFE = bytes.maketrans(b"+/", b"-_")
+# What `quote(value, safe="-_.~")` leaves alone: nothing to quote in such a value.
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")
 
 
 def message(path: str, values: Sequence[tuple[str, str]]) -> bytes:
@@ -21,18 +32,43 @@ def message(path: str, values: Sequence[tuple[str, str]]) -> bytes:
     return "\n".join([path, *[f"{name}={value}" for name, value in values]]).encode()
 
 
+def url_value(value: str) -> str:
+    """A query parameter value percent-encoded (RFC 3986 unreserved characters kept); ids and
+    timestamps, which hold nothing to encode, skip `quote`."""
+    return value if _UNRESERVED.fullmatch(value) else quote(value, safe="-_.~")
+
+
 class Signer:
-    """Makes tokens with one secret. The keyed HMAC state is prepared once and copied per
-    message, which costs about two thirds of a fresh HMAC (a bid signs seven URLs)."""
+    """Makes tokens with one secret: HMAC-SHA256 (RFC 2104) on hashlib states keyed once, each
+    message costing two state copies instead of a fresh HMAC object (a bid signs seven URLs).
+    Messages that share a beginning can share its hashing: `started` then `finish`."""
 
     def __init__(self, secret: str) -> None:
-        self._keyed = hmac.new(secret.encode(), digestmod="sha256")
+        key = secret.encode()
+        if len(key) > _BLOCK:
+            key = hashlib.sha256(key).digest()
+        key = key.ljust(_BLOCK, b"\0")
+        self._inner = hashlib.sha256(key.translate(_INNER_PAD))
+        self._outer = hashlib.sha256(key.translate(_OUTER_PAD))
 
     def token(self, signed_message: bytes) -> str:
         """Unpadded URL-safe base64 of the message's HMAC-SHA256."""
-        mac = self._keyed.copy()
-        mac.update(signed_message)
-        return base64.urlsafe_b64encode(mac.digest()).rstrip(b"=").decode()
+        return self.finish(self._inner, signed_message)
+
+    def started(self, prefix: bytes) -> Any:
+        """The HMAC's inner hash after the first bytes of a message, for `finish`."""
+        inner = self._inner.copy()
+        inner.update(prefix)
+        return inner
+
+    def finish(self, started: Any, rest: bytes) -> str:
+        """The token of the message `started` began, ending with `rest`; `started` is kept."""
+        inner = started.copy()
+        inner.update(rest)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        # A 32-byte digest is 43 base64 characters and one "=" of padding.
+        return b2a_base64(outer.digest(), newline=False)[:43].translate(_URL_SAFE).decode()
 
 
 @lru_cache(maxsize=16)

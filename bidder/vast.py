@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from urllib.parse import quote
+from typing import ClassVar
 from xml.sax.saxutils import escape, quoteattr
 
 from bidder.settings import Settings
-from bidder.signing import SIGNATURE_PARAM, sign
+from bidder.signing import SIGNATURE_PARAM, signer, url_value
 from matching.money import plain
 
 VAST_NAMESPACE = "http://www.iab.com/VAST"
@@ -53,11 +53,33 @@ class VastAd:
     tracking: dict[str, str]  # VAST 4.0 event name -> signed URL
 
 
-def _url_value(value: str) -> str:
-    return quote(value, safe="-_.~")
+class _Signing:
+    """What every tracking URL of a process shares: the base URL, the signed path, the signer."""
+
+    __slots__ = ("base", "path", "signer")
+    # Settings are frozen and a worker has one: its _Signing is kept beside it.
+    _last: ClassVar[tuple[Settings, _Signing] | None] = None
+
+    def __init__(self, settings: Settings) -> None:
+        self.base = settings.tracking_base_url
+        self.path = settings.tracking_path
+        self.signer = signer(settings.signing_secret)
+
+    @classmethod
+    def of(cls, settings: Settings) -> _Signing:
+        last = cls._last
+        if last is None or last[0] is not settings:
+            last = cls._last = (settings, cls(settings))
+        return last[1]
 
 
-_QUOTED_EVENTS = {event: _url_value(event) for event in TRACKING_EVENTS}
+def _event_parts(event: str) -> tuple[str, bytes]:
+    """(the event as a query value, the event as it ends its line of the signed message)."""
+    return url_value(event), event.encode()
+
+
+_EVENT_PARTS = {event: _event_parts(event) for event in TRACKING_EVENTS}
+_OPENRTB_QUERY = "".join(f"&{name}={macro}" for name, macro in OPENRTB_MACROS)
 
 
 def tracking_url(
@@ -92,8 +114,15 @@ def tracking_urls(
 
 
 class _TrackingUrls:
-    """The tracking URLs of one offer: what the events share (base URL, quoted values, signed path,
-    macros) is computed once, so each URL costs one signature and one string."""
+    """The tracking URLs of one offer. The URLs differ only in `event`, so the rest is built
+    once: the query around it, and the signed message before and after it (the HMAC of what
+    comes before is computed once and continued per event). Each URL then costs the end of
+    one HMAC and one string.
+
+    Signed message (signing.message): path, offer_id, event, pub, scr, ts, one per line.
+    Query order: offer_id, event, ts, pub, scr, token, then the OpenRTB macros."""
+
+    __slots__ = ("_end", "_middle", "_rest", "_signer", "_start", "_started")
 
     def __init__(
         self,
@@ -105,30 +134,25 @@ class _TrackingUrls:
         *,
         openrtb: bool,
     ) -> None:
-        self._secret = settings.signing_secret
-        self._path = settings.tracking_path
-        self._offer_id, self._publisher_id, self._screen_id = offer_id, publisher_id, screen_id
-        self._ts = str(now_ms)
-        self._start = f"{settings.tracking_base_url}?offer_id={_url_value(offer_id)}&event="
-        # Query order: offer_id, event, ts, pub, scr, token, then the OpenRTB macros.
-        self._middle = (
-            f"&ts={_url_value(self._ts)}&pub={_url_value(publisher_id)}"
-            f"&scr={_url_value(screen_id)}&{SIGNATURE_PARAM}="
+        shared = _Signing.of(settings)
+        # The decimal text of an int: digits and "-", nothing to quote.
+        ts = str(now_ms)
+        self._signer = shared.signer
+        self._started = shared.signer.started(
+            f"{shared.path}\noffer_id={offer_id}\nevent=".encode()
         )
-        self._end = "".join(f"&{name}={macro}" for name, macro in OPENRTB_MACROS) if openrtb else ""
+        self._rest = f"\npub={publisher_id}\nscr={screen_id}\nts={ts}".encode()
+        self._start = f"{shared.base}?offer_id={url_value(offer_id)}&event="
+        self._middle = (
+            f"&ts={ts}&pub={url_value(publisher_id)}&scr={url_value(screen_id)}&{SIGNATURE_PARAM}="
+        )
+        self._end = _OPENRTB_QUERY if openrtb else ""
 
     def __call__(self, event: str) -> str:
-        values = {
-            "offer_id": self._offer_id,
-            "event": event,
-            "pub": self._publisher_id,
-            "scr": self._screen_id,
-            "ts": self._ts,
-        }
+        quoted, signed = _EVENT_PARTS.get(event) or _event_parts(event)
         # The token is URL-safe base64 already: nothing in it needs quoting.
-        token = sign(self._secret, self._path, values, TRACKING_SIGNED)
-        quoted_event = _QUOTED_EVENTS.get(event) or _url_value(event)
-        return f"{self._start}{quoted_event}{self._middle}{token}{self._end}"
+        token = self._signer.finish(self._started, signed + self._rest)
+        return f"{self._start}{quoted}{self._middle}{token}{self._end}"
 
 
 def duration_hms(seconds: int) -> str:

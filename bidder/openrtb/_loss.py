@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 from typing import Any
-from urllib.parse import quote
 
 import msgspec
 from litestar import Request
 from redis.exceptions import RedisError
 
+from bidder.asgi import Answer
 from bidder.deprecation import OPENRTB_PREFIX
 from bidder.errors import Forbidden, PayloadTooLarge, Unavailable, UriTooLong
-from bidder.openrtb._response import Answer, no_content
+from bidder.openrtb._response import no_content
 from bidder.runtime import utcnow
 from bidder.settings import Settings
-from bidder.signing import SIGNATURE_PARAM, sign, verify
+from bidder.signing import SIGNATURE_PARAM, signer, url_value, verify
 from bidder.web import runtime_of
 from store.hot import epoch_ms
 
@@ -55,18 +55,16 @@ def loss_url(
 ) -> str:
     """The signed `lurl` of a bid, with the auction macros for the SSP to substitute."""
     path = loss_path(offer_id)
+    # The decimal text of an int: digits and "-", nothing to quote.
     ts = str(now_ms)
-    params = {"pub": publisher_id, "scr": screen_id, "ts": ts}
+    # signing.message(path, [("pub", ...), ("scr", ...), ("ts", ...)]), as LOSS_SIGNED orders it.
+    signed = f"{path}\npub={publisher_id}\nscr={screen_id}\nts={ts}".encode()
     # The token is URL-safe base64 already: nothing in it needs quoting.
-    token = sign(settings.signing_secret, path, params, LOSS_SIGNED)
+    token = signer(settings.signing_secret).token(signed)
     return (
-        f"{settings.public_base_url}{path}?{_MACRO_QUERY}&pub={_url_value(publisher_id)}"
-        f"&scr={_url_value(screen_id)}&ts={_url_value(ts)}&{SIGNATURE_PARAM}={token}"
+        f"{settings.public_base_url}{path}?{_MACRO_QUERY}&pub={url_value(publisher_id)}"
+        f"&scr={url_value(screen_id)}&ts={ts}&{SIGNATURE_PARAM}={token}"
     )
-
-
-def _url_value(value: str) -> str:
-    return quote(value, safe="-_.~")
 
 
 async def handle_loss(request: Request[Any, Any, Any], offer_id: str) -> Answer:
