@@ -3,7 +3,8 @@
 - the record queue drains (every shard's stream read and acknowledged by the writer);
 - every campaign balances: in Redis reserved >= 0, spent >= 0, reserved + spent <= total
   (remaining never negative), total == the campaign's budget in Postgres, reserved == the sum
-  of its open offers' prices, and spent == the sum of its billing records' gross in Postgres;
+  of its open offers' prices (read from Redis: an open offer has no row in Postgres until its
+  outcome's record), and spent == the sum of its billing records' gross in Postgres;
 - every deal has its billing record, every acknowledged accept has its deal in Postgres, and a
   deal nobody saw acknowledged can only be a request cut off when wrk stopped;
 - every acknowledged OpenRTB impression has its billing record;

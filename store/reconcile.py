@@ -7,7 +7,9 @@ What is authoritative for what:
   in Postgres plus those still in the queue (or dead-lettered, which are real spends not yet in
   Postgres).
 - **reserved** (`<cid>:r`): the open offers Redis holds (the shard's expiry set lists exactly
-  the open offers; each hash carries its price). Postgres' open offers trail them by the queue.
+  the open offers; each hash carries its price). Only Redis holds them: a reservation queues no
+  record, an offer's row reaches Postgres with its outcome's record, so Postgres is no measure
+  of what is reserved.
 - **total** (`<cid>:t`): `campaigns.budget_cents` in Postgres (the inventory loop copies it).
 
 A read takes one atomic snapshot per shard (counters, open offers, queued records), then reads
@@ -58,6 +60,10 @@ class CampaignCheck:
     billed_in_postgres: int = 0
     billed_in_queue: int = 0
     billed_dead_lettered: int = 0
+    # Offer rows Postgres still shows as `open`: informative only, compared with nothing. New
+    # offers get their row with their outcome; these are rows left by an older version's
+    # `offer_created` entries or written by a tracking event fired while the offer was open,
+    # and each becomes final when its outcome's record is written.
     open_in_postgres: int = 0
 
     @property
@@ -221,7 +227,9 @@ def _balanced(check: CampaignCheck) -> CampaignCheck:
         spent=check.billed,
         budget_in_postgres=check.total,
         open_offers_in_redis=check.open_offers_in_redis,
+        open_offer_count=check.open_offer_count,
         billed_in_postgres=check.billed,
+        open_in_postgres=check.open_in_postgres,
     )
 
 
