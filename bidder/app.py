@@ -19,7 +19,13 @@ from bidder.admin import routes as admin_routes
 from bidder.core import routes as core_routes
 from bidder.core import screens
 from bidder.errors import ServiceError
-from bidder.observability import Metrics, configure_logging, request_context_middleware
+from bidder.front import Front
+from bidder.observability import (
+    Metrics,
+    RequestObserver,
+    configure_logging,
+    request_context_middleware,
+)
 from bidder.openrtb import routes as openrtb_routes
 from bidder.runtime import Runtime
 from bidder.settings import Settings, load_settings
@@ -54,7 +60,8 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
         finally:
             await rt.stop()
 
-    return Litestar(
+    observer = RequestObserver(metrics, logging.getLogger("bidder.access"))
+    app = Litestar(
         route_handlers=[
             healthz,
             metrics_endpoint,
@@ -71,7 +78,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
             HTTPException: http_exception_handler,
             Exception: unexpected_handler,
         },
-        middleware=[request_context_middleware(metrics, logging.getLogger("bidder.access"))],
+        middleware=[request_context_middleware(observer)],
         lifespan=[lifespan],
         state=_state(rt, metrics),
         openapi_config=None,
@@ -80,6 +87,10 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
         request_max_body_size=1_000_000,
         type_encoders={msgspec.Struct: msgspec.to_builtins},
     )
+    # The hot routes are answered in front of Litestar's stack (bidder/front.py); Litestar
+    # still sets up each request's scope and serves everything else.
+    app.asgi_handler = Front(app.asgi_handler, rt, observer)
+    return app
 
 
 def _state(rt: Runtime, metrics: Metrics) -> State:

@@ -165,23 +165,65 @@ def _incoming_request_id(headers: Iterable[tuple[bytes, bytes]]) -> str:
     return incoming if len(incoming) <= 128 else ""
 
 
-def request_context_middleware(metrics: Metrics, log: logging.Logger) -> Any:
-    """ASGI middleware: request id (X-Request-ID in and out), metrics, and a log line for every
-    4xx/5xx and for slow requests."""
-    request_ids = _RequestIds()
-    # The labelled metric children, resolved once per (route, method, status): `labels()` costs
-    # more than the increment itself.
-    counted: dict[tuple[str, str, int], Any] = {}
-    timed: dict[str, Any] = {}
+class RequestObserver:
+    """What every HTTP request gets, whichever stack serves it (Litestar's middleware below, or
+    `bidder.front` for the hot routes): a request id (X-Request-ID in and out), the request
+    counter and latency histogram per route, and a log line for every 4xx/5xx and for slow
+    requests."""
+
+    def __init__(self, metrics: Metrics, log: logging.Logger) -> None:
+        self.metrics, self.log = metrics, log
+        self._ids = _RequestIds()
+        # The labelled metric children, resolved once per (route, method, status): `labels()`
+        # costs more than the increment itself.
+        self._counted: dict[tuple[str, str, int], Any] = {}
+        self._timed: dict[str, Any] = {}
+
+    def begin(self, scope: Scope) -> tuple[str, contextvars.Token[str]]:
+        """The request's id, set as the logging context until `end`."""
+        request_id = _incoming_request_id(scope["headers"]) or self._ids.new()
+        return request_id, request_id_var.set(request_id)
+
+    def end(
+        self,
+        token: contextvars.Token[str],
+        route: str,
+        method: str,
+        status: int,
+        elapsed: float,
+    ) -> None:
+        key = (route, method, status)
+        counter = self._counted.get(key)
+        if counter is None:
+            counter = self._counted[key] = self.metrics.requests.labels(route, method, str(status))
+        counter.inc()
+        timer = self._timed.get(route)
+        if timer is None:
+            timer = self._timed[route] = self.metrics.latency.labels(route)
+        timer.observe(elapsed)
+        if status >= 400 or elapsed > 0.5:
+            self.log.log(
+                logging.ERROR if status >= 500 else logging.INFO,
+                "request",
+                extra={
+                    "method": method,
+                    "route": route,
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 3),
+                },
+            )
+        request_id_var.reset(token)
+
+
+def request_context_middleware(observer: RequestObserver) -> Any:
+    """Litestar middleware giving every request it serves what `RequestObserver` gives."""
 
     def factory(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] != ScopeType.HTTP:
                 await app(scope, receive, send)
                 return
-            method = scope["method"]
-            request_id = _incoming_request_id(scope["headers"]) or request_ids.new()
-            token = request_id_var.set(request_id)
+            request_id, token = observer.begin(scope)
             status_holder = [500]
             start = time.perf_counter()
 
@@ -197,27 +239,7 @@ def request_context_middleware(metrics: Metrics, log: logging.Logger) -> Any:
                 await app(scope, receive, send_wrapper)
             finally:
                 elapsed = time.perf_counter() - start
-                route = _route_of(scope)
-                status = status_holder[0]
-                key = (route, method, status)
-                if key not in counted:
-                    counted[key] = metrics.requests.labels(route, method, str(status))
-                counted[key].inc()
-                if route not in timed:
-                    timed[route] = metrics.latency.labels(route)
-                timed[route].observe(elapsed)
-                if status >= 400 or elapsed > 0.5:
-                    log.log(
-                        logging.ERROR if status >= 500 else logging.INFO,
-                        "request",
-                        extra={
-                            "method": scope["method"],
-                            "route": route,
-                            "status": status,
-                            "duration_ms": round(elapsed * 1000, 3),
-                        },
-                    )
-                request_id_var.reset(token)
+                observer.end(token, _route_of(scope), scope["method"], status_holder[0], elapsed)
 
         return middleware
 

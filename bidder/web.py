@@ -9,17 +9,21 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
+import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from redis.exceptions import RedisError
 
+from bidder.asgi import Answer, HttpCall, encode_headers, json_answer
 from bidder.deprecation import OPENRTB_PREFIX, deprecation_headers, openrtb_error_body
 from bidder.errors import ServiceError, Unavailable
 from bidder.runtime import Runtime
+from bidder.settings import Settings
 from store.postgres import Conn
 
 log = logging.getLogger("bidder.web")
+_encoder = msgspec.json.Encoder(decimal_format="number")
 
 _HTTP_MESSAGES = {
     400: "Bad request",
@@ -45,6 +49,11 @@ def runtime_of(request: Request[Any, Any, Any]) -> Runtime:
     return rt
 
 
+def call_of(request: Request[Any, Any, Any]) -> HttpCall:
+    """The bare view of a Litestar request that the hot routes' functions take."""
+    return HttpCall(request.scope, request.receive)
+
+
 _POSTGRES_UNREACHABLE = (
     OSError,
     asyncpg.PostgresConnectionError,
@@ -67,11 +76,12 @@ async def postgres(request: Request[Any, Any, Any]) -> AsyncIterator[Conn]:
         ) from exc
 
 
-def error_response(request: Request[Any, Any, Any], exc: ServiceError) -> Response[Any]:
-    """Render a ServiceError in the shape of the interface the request called."""
-    settings = runtime_of(request).settings
+def error_parts(
+    path: str, settings: Settings, exc: ServiceError
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The body and headers of a ServiceError in the shape of the interface `path` belongs to."""
     headers = dict(exc.headers)
-    if request.url.path.startswith(OPENRTB_PREFIX):
+    if path.startswith(OPENRTB_PREFIX):
         body: dict[str, Any] = openrtb_error_body(settings, exc.code, exc.message, exc.details)
         headers.update(deprecation_headers(settings))
     else:
@@ -80,7 +90,21 @@ def error_response(request: Request[Any, Any, Any], exc: ServiceError) -> Respon
             body["status"] = exc.status
         if exc.details:
             body["details"] = exc.details
-    return Response(body, status_code=exc.status, headers=headers, media_type=MediaType.JSON)
+    return body, headers
+
+
+def error_response(request: Request[Any, Any, Any], exc: ServiceError) -> Response[Any]:
+    """Render a ServiceError in the shape of the interface the request called."""
+    body, headers = error_parts(request.url.path, runtime_of(request).settings, exc)
+    return Response(
+        _encoder.encode(body), status_code=exc.status, headers=headers, media_type=MediaType.JSON
+    )
+
+
+def error_answer(path: str, settings: Settings, exc: ServiceError) -> Answer:
+    """The same as `error_response`, as a bare answer (bidder.front)."""
+    body, headers = error_parts(path, settings, exc)
+    return json_answer(_encoder.encode(body), exc.status, encode_headers(headers))
 
 
 def service_error_handler(request: Request[Any, Any, Any], exc: ServiceError) -> Response[Any]:
@@ -106,17 +130,21 @@ def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) 
     )
 
 
-def unexpected_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    if isinstance(exc, RedisError | OSError) and not request.url.path.startswith(OPENRTB_PREFIX):
-        return error_response(
-            request,
-            ServiceError(
-                "Service temporarily unavailable, retry shortly",
-                status=503,
-                code="SERVICE_UNAVAILABLE",
-                headers={"Retry-After": "1"},
-            ),
+def unexpected_error(path: str, exc: Exception) -> ServiceError:
+    """What an exception no handler expected becomes: Redis unreachable on the Core API is a
+    503 (OpenRTB answers `nbr` 1 itself); anything else is logged with its traceback and
+    answered 500 without one."""
+    if isinstance(exc, RedisError | OSError) and not path.startswith(OPENRTB_PREFIX):
+        return ServiceError(
+            "Service temporarily unavailable, retry shortly",
+            status=503,
+            code="SERVICE_UNAVAILABLE",
+            headers={"Retry-After": "1"},
         )
-    log.exception("unhandled error", extra={"path": request.url.path})
-    message = "Failed to process the offer" if "/offers/" in request.url.path else "Internal error"
-    return error_response(request, ServiceError(message, status=HTTP_500_INTERNAL_SERVER_ERROR))
+    log.exception("unhandled error", extra={"path": path}, exc_info=exc)
+    message = "Failed to process the offer" if "/offers/" in path else "Internal error"
+    return ServiceError(message, status=HTTP_500_INTERNAL_SERVER_ERROR)
+
+
+def unexpected_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    return error_response(request, unexpected_error(request.url.path, exc))

@@ -8,20 +8,24 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from litestar import Request, Response, post
+from litestar import Request, post
 from litestar.params import FromPath
+from litestar.types import ASGIApp
 
+from bidder.asgi import Answer, HttpCall
 from bidder.core import _demo
 from bidder.core._common import (
     CORE_PREFIX,
     MAX_BODY_BYTES,
     Caller,
-    authorize,
+    authorize_key,
     hot_state_errors,
-    json_object,
-    json_response,
+    json_body_answer,
+    read_json_object,
 )
 from bidder.errors import BadRequest, NotFound
+from bidder.runtime import Runtime
+from bidder.web import call_of, runtime_of
 from matching.inventory import MAX_AMOUNT_CENTS
 from matching.money import (
     MoneyError,
@@ -32,6 +36,7 @@ from matching.money import (
 )
 from store.hot import NotAnswered, random_uuid
 
+OFFER_RESPONSE = f"{CORE_PREFIX}/offers/response/{{offer_id:str}}"
 OFFER_NOT_FOUND = "Offer not found, expired, or access denied"
 MAX_REASON_CHARS = 500
 
@@ -116,14 +121,14 @@ def _above_bid(bid_micros: int) -> BadRequest:
     )
 
 
-def _demo_answer(action: Action, accepted: int, reason: str | None) -> Response[bytes]:
+def _demo_answer(action: Action, accepted: int, reason: str | None) -> Answer:
     """Demo offer: same validation, fixed ids, nothing stored."""
     if action == "reject":
-        return json_response(_rejected_body(reason, _demo.DEMO_BILLING_CODE))
+        return json_body_answer(_rejected_body(reason, _demo.DEMO_BILLING_CODE))
     if accepted > _demo.DEMO_PRICE_MICROS:
         raise _above_bid(_demo.DEMO_PRICE_MICROS)
     net, commission = split_gross(accepted, _demo.DEMO_COMMISSION_RATE)
-    return json_response(
+    return json_body_answer(
         _accepted_body(
             _demo.DEMO_DEAL_ID,
             _demo.DEMO_BILLING_ID,
@@ -137,7 +142,7 @@ def _demo_answer(action: Action, accepted: int, reason: str | None) -> Response[
 
 async def _answer(
     caller: Caller, offer_id: str, action: Action, accepted: int, reason: str | None
-) -> Response[bytes]:
+) -> Answer:
     rt = caller.rt
     publisher = caller.snapshot.publishers.get(caller.publisher_id)
     rate = publisher.commission_rate if publisher else rt.settings.default_commission_rate
@@ -164,30 +169,30 @@ async def _answer(
     rt.note_budget(answered.offer["campaign"], answered.budget)
     if action == "reject":
         rt.metrics.offers.labels("rejected").inc()
-        return json_response(_rejected_body(reason, answered.billing_code))
+        return json_body_answer(_rejected_body(reason, answered.billing_code))
     rt.metrics.offers.labels("accepted").inc()
     deal_id = answered.offer["deal_id"]
     body = _accepted_body(deal_id, billing_id, accepted, net, commission, answered.billing_code)
-    return json_response(body)
+    return json_body_answer(body)
 
 
-@post(
-    f"{CORE_PREFIX}/offers/response/{{offer_id:str}}",
-    status_code=200,
-    request_max_body_size=MAX_BODY_BYTES,
-)
-async def respond_to_offer(
-    request: Request[Any, Any, Any], offer_id: FromPath[str]
-) -> Response[bytes]:
+async def answer_offer(rt: Runtime, call: HttpCall, offer_id: str) -> Answer:
     """Accept (`accepted_price_cents` required) or reject (optional `rejection_reason`)."""
-    caller = authorize(request)
-    body = await json_object(request)
+    caller = authorize_key(rt, call.header(b"authorization"))
+    body = await read_json_object(call)
     action = _action(body)
     accepted = _accepted_micros(body) if action == "accept" else 0
     reason = _rejection_reason(body) if action == "reject" else None
     if offer_id == _demo.DEMO_OFFER_ID:
         return _demo_answer(action, accepted, reason)
     return await _answer(caller, offer_id, action, accepted, reason)
+
+
+# Serves only what bidder.front passes on to Litestar; the same function either way.
+@post(OFFER_RESPONSE, status_code=200, request_max_body_size=MAX_BODY_BYTES)
+async def respond_to_offer(request: Request[Any, Any, Any], offer_id: FromPath[str]) -> ASGIApp:
+    """Accept (`accepted_price_cents` required) or reject (optional `rejection_reason`)."""
+    return await answer_offer(runtime_of(request), call_of(request), offer_id)
 
 
 routes = [respond_to_offer]

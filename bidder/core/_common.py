@@ -18,10 +18,11 @@ import msgspec
 from litestar import MediaType, Request, Response
 from redis.exceptions import RedisError
 
+from bidder.asgi import Answer, HttpCall, json_answer
 from bidder.auth import authenticate
-from bidder.errors import BadRequest, PayloadTooLarge, Unavailable
+from bidder.errors import BadRequest, Unavailable
 from bidder.runtime import Runtime, utcnow
-from bidder.web import runtime_of
+from bidder.web import call_of, runtime_of
 from matching.snapshot import ApiKeyInfo, Snapshot
 
 #: Core API paths.
@@ -33,6 +34,7 @@ MAX_BODY_BYTES = 16 * 1024
 _decoder = msgspec.json.Decoder(float_hook=Decimal)
 _encoder = msgspec.json.Encoder(decimal_format="number")
 
+_TOO_LARGE = f"Request body too large: at most {MAX_BODY_BYTES // 1024} KB"
 _BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
 
 
@@ -53,22 +55,23 @@ class Caller:
 
 def authorize(request: Request[Any, Any, Any]) -> Caller:
     """The caller behind `Authorization: Bearer <key>`, or 401 `Invalid or expired API key`."""
-    rt = runtime_of(request)
+    return authorize_key(runtime_of(request), header(request, b"authorization"))
+
+
+def authorize_key(rt: Runtime, authorization: str | None) -> Caller:
+    """`authorize` for the value of an Authorization header."""
     snapshot = rt.snapshot
     if snapshot is None:  # keys live in the snapshot: none can be checked before it loads
         raise Unavailable("Service is starting, retry shortly", headers={"Retry-After": "1"})
     now = utcnow()
-    key = authenticate(header(request, b"authorization"), snapshot, rt.settings.key_prefix, now)
+    key = authenticate(authorization, snapshot, rt.settings.key_prefix, now)
     return Caller(rt, snapshot, key, now)
 
 
 def header(request: Request[Any, Any, Any], name: bytes) -> str | None:
     """The first value of header `name` (lowercase), read from the ASGI scope: what
     `request.headers.get` returns, without building the case-insensitive Headers mapping."""
-    for raw_name, value in request.scope["headers"]:
-        if raw_name.lower() == name:
-            return value.decode("latin-1")
-    return None
+    return call_of(request).header(name)
 
 
 @contextmanager
@@ -86,9 +89,14 @@ def json_response(body: Any, status: int = 200) -> Response[bytes]:
     return Response(_encoder.encode(body), status_code=status, media_type=MediaType.JSON)
 
 
-def query_flag(request: Request[Any, Any, Any], name: str) -> bool:
+def json_body_answer(body: Any, status: int = 200) -> Answer:
+    """`json_response` as a bare answer (the hot routes)."""
+    return json_answer(_encoder.encode(body), status)
+
+
+def query_flag(call: HttpCall, name: str) -> bool:
     """A boolean query parameter: true/false/1/0 in any case; absent means false."""
-    raw = request.query_params.get(name)
+    raw = call.query(name)
     if raw is None:
         return False
     value = _BOOLEANS.get(raw.strip().lower())
@@ -103,19 +111,19 @@ def _is_json(content_type: str) -> bool:
 
 
 async def json_object(request: Request[Any, Any, Any], *, optional: bool = False) -> dict[str, Any]:
+    """`read_json_object` of a Litestar request."""
+    return await read_json_object(call_of(request), optional=optional)
+
+
+async def read_json_object(call: HttpCall, *, optional: bool = False) -> dict[str, Any]:
     """The request body as a JSON object. `optional`: an empty body reads as `{}`.
 
     Oversized: 413. Not `application/json`, not JSON, or not an object: 400.
     """
-    declared = header(request, b"content-length")
-    if declared is not None and declared.strip().isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"Request body too large: at most {MAX_BODY_BYTES // 1024} KB")
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"Request body too large: at most {MAX_BODY_BYTES // 1024} KB")
+    body = await call.body(MAX_BODY_BYTES, _TOO_LARGE)
     if optional and not body.strip():
         return {}
-    if not _is_json(header(request, b"content-type") or ""):
+    if not _is_json(call.header(b"content-type") or ""):
         raise BadRequest("Content-Type must be application/json")
     try:
         decoded = _decoder.decode(body)

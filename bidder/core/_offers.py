@@ -11,22 +11,26 @@ from decimal import Decimal
 from typing import Any
 
 import msgspec
-from litestar import Request, Response, get
+from litestar import Request, get
 from litestar.params import FromPath
+from litestar.types import ASGIApp
 
+from bidder.asgi import Answer, HttpCall
 from bidder.core import _demo
 from bidder.core._common import (
     CORE_PREFIX,
     Caller,
-    authorize,
+    authorize_key,
     hot_state_errors,
     iso_utc,
-    json_response,
+    json_body_answer,
     query_flag,
 )
 from bidder.core._vast import demo_vast, offer_vast
 from bidder.errors import BadRequest, Forbidden, NotFound, Unprocessable
 from bidder.offers import MadeOffer, make_offer
+from bidder.runtime import Runtime
+from bidder.web import call_of, runtime_of
 from matching.money import MoneyError, cents_to_micros, micros_to_cents, parse_cents
 from matching.snapshot import ScreenInfo
 
@@ -36,6 +40,8 @@ NOT_ACTIVATED = (
     "This account is not activated for external IDs; identify screens by their UUID, "
     "or ask the onboarding team to activate external IDs"
 )
+OFFER_BY_SCREEN_ID = f"{CORE_PREFIX}/offers/request/{{screen_id:str}}"
+OFFER_BY_EXTERNAL_ID = f"{CORE_PREFIX}/offers/request/external-id/{{external_id:str}}"
 # Above any price a campaign can pay (10 billion EUR); keeps Decimal arithmetic bounded.
 _MAX_CENTS = Decimal(10) ** 12
 
@@ -57,9 +63,9 @@ class _Query(msgspec.Struct, frozen=True):
     min_price_micros: int
 
 
-def _min_bid_micros(request: Request[Any, Any, Any]) -> int:
+def _min_bid_micros(call: HttpCall) -> int:
     """`min_bid_cents` in micro-cents; finer than a micro-cent rounds up (a floor is a floor)."""
-    raw = request.query_params.get("min_bid_cents")
+    raw = call.query("min_bid_cents")
     if raw is None:
         return 0
     try:
@@ -73,11 +79,16 @@ def _min_bid_micros(request: Request[Any, Any, Any]) -> int:
     return cents_to_micros(min(cents, _MAX_CENTS), exact=False)
 
 
-def _query(request: Request[Any, Any, Any]) -> _Query:
+_NO_QUERY = _Query(demo=False, vast=False, min_price_micros=0)
+
+
+def _query(call: HttpCall) -> _Query:
+    if not call.scope.get("query_string"):
+        return _NO_QUERY
     return _Query(
-        demo=query_flag(request, "demo"),
-        vast=query_flag(request, "vast"),
-        min_price_micros=_min_bid_micros(request),
+        demo=query_flag(call, "demo"),
+        vast=query_flag(call, "vast"),
+        min_price_micros=_min_bid_micros(call),
     )
 
 
@@ -87,7 +98,7 @@ def _no_match(message: str, status: int) -> NotFound | Unprocessable:
     return NotFound(message, include_status=True)
 
 
-def _demo_offer(caller: Caller, query: _Query, screen_id: str) -> Response[bytes]:
+def _demo_offer(caller: Caller, query: _Query, screen_id: str) -> Answer:
     """The fixed demo offer; it honours min_bid_cents so a player can rehearse a 422 too."""
     if query.min_price_micros > _demo.DEMO_PRICE_MICROS:
         raise _no_match(BELOW_MINIMUM, 422)
@@ -100,10 +111,10 @@ def _demo_offer(caller: Caller, query: _Query, screen_id: str) -> Response[bytes
     )
     if query.vast:
         offer.vast = demo_vast(caller, screen_id)
-    return json_response(offer)
+    return json_body_answer(offer)
 
 
-async def _offer_for(caller: Caller, screen: ScreenInfo | None, query: _Query) -> Response[bytes]:
+async def _offer_for(caller: Caller, screen: ScreenInfo | None, query: _Query) -> Answer:
     rt = caller.rt
     if screen is None or screen.publisher_id != caller.publisher_id:
         rt.metrics.offers.labels("no_match").inc()
@@ -138,28 +149,22 @@ async def _offer_for(caller: Caller, screen: ScreenInfo | None, query: _Query) -
     )
     if query.vast:
         offer.vast = offer_vast(caller, screen, made, offer.billing_code, ttl)
-    return json_response(offer)
+    return json_body_answer(offer)
 
 
-@get(f"{CORE_PREFIX}/offers/request/{{screen_id:str}}")
-async def request_offer(
-    request: Request[Any, Any, Any], screen_id: FromPath[str]
-) -> Response[bytes]:
+async def offer_by_screen_id(rt: Runtime, call: HttpCall, screen_id: str) -> Answer:
     """An offer for a screen identified by its UUID (the recommended way)."""
-    caller = authorize(request)
-    query = _query(request)
+    caller = authorize_key(rt, call.header(b"authorization"))
+    query = _query(call)
     if query.demo or screen_id == _demo.DEMO_SCREEN_ID:
         return _demo_offer(caller, query, screen_id)
     return await _offer_for(caller, caller.snapshot.screens.get(screen_id), query)
 
 
-@get(f"{CORE_PREFIX}/offers/request/external-id/{{external_id:str}}")
-async def request_offer_by_external_id(
-    request: Request[Any, Any, Any], external_id: FromPath[str]
-) -> Response[bytes]:
+async def offer_by_external_id(rt: Runtime, call: HttpCall, external_id: str) -> Answer:
     """An offer for a screen identified by the publisher's own id (an in-memory index)."""
-    caller = authorize(request)
-    query = _query(request)
+    caller = authorize_key(rt, call.header(b"authorization"))
+    query = _query(call)
     if query.demo or external_id == _demo.DEMO_SCREEN_ID:
         return _demo_offer(caller, query, external_id)
     publisher = caller.snapshot.publishers.get(caller.publisher_id)
@@ -170,6 +175,24 @@ async def request_offer_by_external_id(
         caller.rt.metrics.offers.labels("no_match").inc()
         raise NotFound(f"Screen not found for external id {external_id!r}")
     return await _offer_for(caller, screen, query)
+
+
+# The routes below serve only what bidder.front passes on to Litestar (paths it does not
+# recognise as its own, such as one with a trailing slash); both call the same functions.
+
+
+@get(OFFER_BY_SCREEN_ID)
+async def request_offer(request: Request[Any, Any, Any], screen_id: FromPath[str]) -> ASGIApp:
+    """An offer for a screen identified by its UUID (the recommended way)."""
+    return await offer_by_screen_id(runtime_of(request), call_of(request), screen_id)
+
+
+@get(OFFER_BY_EXTERNAL_ID)
+async def request_offer_by_external_id(
+    request: Request[Any, Any, Any], external_id: FromPath[str]
+) -> ASGIApp:
+    """An offer for a screen identified by the publisher's own id (an in-memory index)."""
+    return await offer_by_external_id(runtime_of(request), call_of(request), external_id)
 
 
 routes = [request_offer, request_offer_by_external_id]

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
 
-from litestar import Request
 from redis.exceptions import RedisError
 
+from bidder.asgi import Answer, HttpCall
 from bidder.auth import authenticate
 from bidder.offers import MadeOffer, make_offer
 from bidder.openrtb._loss import loss_url
@@ -21,7 +20,6 @@ from bidder.openrtb._request import BidAsk, parse_bid_request, request_id_of
 from bidder.openrtb._response import (
     NBR_TECHNICAL,
     NBR_UNKNOWN,
-    Answer,
     Bid,
     bid_response,
     no_bid,
@@ -29,27 +27,27 @@ from bidder.openrtb._response import (
 )
 from bidder.runtime import Runtime, utcnow
 from bidder.vast import VastAd, render_vast, tracking_urls
-from bidder.web import runtime_of
 from matching.engine import NoMatch, VideoSlot
 from matching.money import micros_to_cents, micros_to_eur, openrtb_min_bid_micros
 from matching.snapshot import ScreenInfo, Snapshot
 from store.hot import epoch_ms
 
+#: Largest BidRequest body accepted (413 above it).
+MAX_BID_BYTES = 1_000_000
 # Engine no-match reasons answered 200 `nbr` 0; every other reason is a 204.
 _NBR_REASONS = frozenset({"resolution_mismatch"})
 
 
-async def handle_bid(request: Request[Any, Any, Any]) -> Answer:
-    rt = runtime_of(request)
+async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answer:
     settings = rt.settings
-    body = await request.body()
+    body = await call.body(MAX_BID_BYTES)
     snapshot = rt.snapshot
     if snapshot is None:  # starting up: keys and screens are not known yet
         rt.metrics.no_bids.labels("technical").inc()
         return no_bid(settings, request_id_of(body), NBR_TECHNICAL)
     now = utcnow()
     key = authenticate(
-        request.headers.get("authorization"),
+        call.header(b"authorization"),
         snapshot,
         settings.key_prefix,
         now,

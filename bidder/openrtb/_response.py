@@ -9,8 +9,8 @@ from typing import Any
 
 import msgspec
 from litestar import MediaType, Response
-from litestar.types import Receive, Scope, Send
 
+from bidder.asgi import Answer
 from bidder.deprecation import deprecation_headers, deprecation_notice
 from bidder.settings import Settings
 
@@ -54,24 +54,6 @@ class NoBidResponse(msgspec.Struct):
     seatbid: list[SeatBid]
     nbr: int
     cur: str = CURRENCY
-
-
-class Answer:
-    """A finished answer of this interface as a bare ASGI app: the status, headers and body are
-    sent as they are. A route returning one (annotated `ASGIApp`) skips Litestar's `Response`
-    object and its conversion, about 40 us a request (docs/performance.md), and nothing they add
-    applies here: no cookies, background tasks or negotiated content types. Headers go out
-    exactly as `Response` would send them: lower-case names, latin-1, `content-type` and
-    `content-length` when there is a body."""
-
-    __slots__ = ("body", "headers", "status")
-
-    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        self.status, self.headers, self.body = status, headers, body
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
-        await send({"type": "http.response.body", "body": self.body, "more_body": False})
 
 
 def headers(settings: Settings) -> dict[str, str]:

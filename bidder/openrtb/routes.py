@@ -17,13 +17,14 @@ from bidder.openrtb._bid import handle_bid
 from bidder.openrtb._loss import handle_loss
 from bidder.openrtb._openapi import openapi_document
 from bidder.openrtb._response import json_document
-from bidder.web import runtime_of
+from bidder.web import call_of, runtime_of
 
 
+# Serves only what bidder.front passes on to Litestar; the same function either way.
 @post([f"{OPENRTB_PREFIX}/bid", f"{OPENRTB_PREFIX}/"], status_code=200)
 async def bid(request: Request[Any, Any, Any]) -> ASGIApp:
     """A BidRequest in, a BidResponse (or a no-bid) out."""
-    return await handle_bid(request)
+    return await handle_bid(runtime_of(request), call_of(request))
 
 
 @route(f"{OPENRTB_PREFIX}/loss/{{offer_id:str}}", http_method=["GET", "POST"])

@@ -1,0 +1,140 @@
+"""The hot routes, served in front of Litestar.
+
+An SSP or a player calls three routes far more often than any other: the offer request, the
+offer response and the OpenRTB bid. Litestar's per-request work (routing, the request object,
+kwargs, the exception middleware) cost more than the handlers themselves (docs/performance.md),
+so this ASGI app answers those three itself and hands every other request to Litestar.
+
+It takes a request only when it is sure to route it exactly as Litestar would: an HTTP request
+with the route's method, an exact path (one non-empty path segment for a path parameter), no
+`root_path`, and a valid Host header (Litestar answers an invalid one 400). Anything else, such
+as a wrong method (405 with `Allow`), OPTIONS, HEAD or a path with a trailing slash, goes to
+Litestar, whose routes for the same paths call the same functions. A request served here gets
+what Litestar's stack gives: a request id (X-Request-ID in and out), the request metrics under
+the same route label, the log line of a 4xx/5xx or slow request, errors in the shape of the
+interface (bidder.web), and a 500 without a traceback for anything unexpected.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from litestar._asgi.utils import is_valid_host
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from bidder.asgi import Answer, HttpCall
+from bidder.core._answers import OFFER_RESPONSE, answer_offer
+from bidder.core._offers import (
+    OFFER_BY_EXTERNAL_ID,
+    OFFER_BY_SCREEN_ID,
+    offer_by_external_id,
+    offer_by_screen_id,
+)
+from bidder.deprecation import OPENRTB_PREFIX
+from bidder.errors import ServiceError
+from bidder.observability import RequestObserver
+from bidder.openrtb._bid import handle_bid
+from bidder.runtime import Runtime
+from bidder.web import error_answer, unexpected_error
+
+#: A hot route's function: the runtime, the request, and the path parameter ("" for none).
+Handler = Callable[[Runtime, HttpCall, str], Awaitable[Answer]]
+
+
+def _label(template: str) -> str:
+    """The metric label Litestar gives a route: its path with `{name:type}` as `{name}`."""
+    return template.replace(":str}", "}")
+
+
+class _Route:
+    __slots__ = ("handler", "label", "method")
+
+    def __init__(self, method: str, label: str, handler: Handler) -> None:
+        self.method, self.label, self.handler = method, label, handler
+
+
+def _prefix(template: str) -> str:
+    return template[: template.index("{")]
+
+
+class Front:
+    """ASGI app: the hot routes here, everything else (and lifespan) to `inner`."""
+
+    def __init__(self, inner: ASGIApp, rt: Runtime, observer: RequestObserver) -> None:
+        self.inner, self.rt, self.observer = inner, rt, observer
+        bid = _Route("POST", f"{OPENRTB_PREFIX}/bid", handle_bid)
+        # Litestar normalises the alias `.../openrtb-2-6/` to the prefix without the slash.
+        alias = _Route("POST", OPENRTB_PREFIX, handle_bid)
+        self.exact: dict[str, _Route] = {
+            f"{OPENRTB_PREFIX}/bid": bid,
+            f"{OPENRTB_PREFIX}/": alias,
+            OPENRTB_PREFIX: alias,
+        }
+        # Longest prefix first: `.../request/external-id/x` is not a screen id `external-id`.
+        self.prefixed: list[tuple[str, _Route]] = [
+            (
+                _prefix(OFFER_BY_EXTERNAL_ID),
+                _Route("GET", _label(OFFER_BY_EXTERNAL_ID), offer_by_external_id),
+            ),
+            (
+                _prefix(OFFER_BY_SCREEN_ID),
+                _Route("GET", _label(OFFER_BY_SCREEN_ID), offer_by_screen_id),
+            ),
+            (_prefix(OFFER_RESPONSE), _Route("POST", _label(OFFER_RESPONSE), answer_offer)),
+        ]
+
+    def route(self, scope: Scope) -> tuple[_Route, str] | None:
+        """The hot route of this request and its path parameter, or None for Litestar."""
+        if scope["type"] != ScopeType.HTTP or scope.get("root_path"):
+            return None
+        path: str = scope["path"]
+        method: str = scope["method"]
+        found = self.exact.get(path)
+        if found is not None:
+            return (found, "") if found.method == method else None
+        for prefix, candidate in self.prefixed:
+            if path.startswith(prefix):
+                param = path[len(prefix) :]
+                if candidate.method != method or not param or "/" in param:
+                    return None
+                return candidate, param
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = self.route(scope)
+        if found is None or not _host_ok(scope):
+            await self.inner(scope, receive, send)
+            return
+        route, param = found
+        observer = self.observer
+        request_id, token = observer.begin(scope)
+        start = time.perf_counter()
+        status = 500
+        try:
+            answer = await self._answer(route, HttpCall(scope, receive), param)
+            status = answer.status
+            headers = answer.headers
+            headers = [*headers, (b"x-request-id", request_id.encode("latin-1"))]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": answer.body, "more_body": False})
+        finally:
+            elapsed = time.perf_counter() - start
+            observer.end(token, route.label, route.method, status, elapsed)
+
+    async def _answer(self, route: _Route, call: HttpCall, param: str) -> Answer:
+        try:
+            return await route.handler(self.rt, call, param)
+        except ServiceError as exc:
+            return error_answer(call.path, self.rt.settings, exc)
+        except Exception as exc:  # as Litestar's handler of the last resort
+            # (a client gone mid-body, ClientGone, included)
+            return error_answer(call.path, self.rt.settings, unexpected_error(call.path, exc))
+
+
+def _host_ok(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"host":
+            return bool(is_valid_host(value))
+    return True

@@ -1,0 +1,263 @@
+"""The hot routes served in front of Litestar (bidder/front.py) behave as the rest of the service:
+request ids, metrics, the 405/OPTIONS answers, body limits, error shapes, and no traceback for
+an unexpected error. Expected answers come from the contract, the decisions and the behaviour
+of the routes Litestar serves (the same shapes on every path)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from bidder.app import create_app
+from tests.integration._core_helpers import API, Core, Live, live_app, prepare
+from tests.integration.test_openrtb_bid import BID, ROOT, assert_error, bid_request, queue_kept
+
+SCREEN = "00000000-0000-4000-8000-000000000011"  # unused id: shape of a screen UUID
+
+
+@pytest.fixture
+async def live(servers: Any, clean: None) -> AsyncIterator[Live]:
+    async with live_app(queue_kept(servers)) as running:
+        yield running
+
+
+@pytest.fixture
+async def core(live: Live) -> Core:
+    return await prepare(live)
+
+
+def _moving_screen(core: Core) -> str:
+    snapshot = core.rt.snapshot
+    assert snapshot is not None
+    return next(s.id for s in snapshot.screens.values() if s.type == "moving")
+
+
+async def _bid(core: Core, body: bytes, **headers: str) -> httpx.Response:
+    return await core.client.post(
+        BID, content=body, headers={**core.auth, "Content-Type": "application/json", **headers}
+    )
+
+
+async def test_hot_routes_carry_a_request_id(core: Core) -> None:
+    screen_id = _moving_screen(core)
+    offer = await core.offer(screen_id)
+    assert offer.status_code == 200, offer.text
+    generated = offer.headers["x-request-id"]
+    assert len(generated) == 32
+    assert set(generated) <= set("0123456789abcdef")
+    again = await core.client.get(
+        f"{API}/offers/request/{screen_id}", headers={**core.auth, "X-Request-ID": "trace-7"}
+    )
+    assert again.headers["x-request-id"] == "trace-7"
+    accept = await core.respond(
+        offer.json()["offer_id"],
+        {"action": "accept", "accepted_price_cents": offer.json()["bid_price_cents"]},
+    )
+    assert accept.status_code == 200, accept.text
+    assert accept.headers["x-request-id"] not in {generated, "trace-7"}
+    bid = await _bid(core, json.dumps(bid_request()).encode())
+    assert bid.status_code == 200, bid.text
+    assert len(bid.headers["x-request-id"]) == 32
+
+
+async def test_hot_routes_are_counted_under_their_route(core: Core) -> None:
+    screen_id = _moving_screen(core)
+    await core.offer(screen_id)
+    await core.offer(SCREEN)  # 404: no such screen
+    await _bid(core, json.dumps(bid_request()).encode())
+    await _bid(core, json.dumps(bid_request()).encode(), Authorization="Bearer nope")
+    await core.client.post(ROOT, content=json.dumps(bid_request()).encode(), headers={**core.auth})
+    text = (await core.client.get("/metrics")).text
+    offers = f"{API}/offers/request/{{screen_id}}"
+    for line in (
+        f'http_requests_total{{method="GET",route="{offers}",status="200"}} 1.0',
+        f'http_requests_total{{method="GET",route="{offers}",status="404"}} 1.0',
+        'http_requests_total{method="POST",route="/functions/v1/openrtb-2-6/bid",status="200"} 1.0',
+        'http_requests_total{method="POST",route="/functions/v1/openrtb-2-6/bid",status="401"} 1.0',
+        'http_requests_total{method="POST",route="/functions/v1/openrtb-2-6",status="200"} 1.0',
+    ):
+        assert line in text, line
+    assert f'http_request_duration_seconds_count{{route="{offers}"}} 2.0' in text
+
+
+async def test_errors_are_logged_like_every_other_route(
+    core: Core, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="bidder.access"):
+        await core.offer(SCREEN)
+    lines = [r for r in caplog.records if r.name == "bidder.access"]
+    assert [(r.__dict__["status"], r.__dict__["route"]) for r in lines] == [
+        (404, f"{API}/offers/request/{{screen_id}}")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("GET", BID, "POST"),
+        ("PUT", ROOT, "POST"),
+        ("POST", f"{API}/offers/request/{SCREEN}", "GET"),
+        ("DELETE", f"{API}/offers/response/{SCREEN}", "POST"),
+    ],
+)
+async def test_wrong_method_is_405_with_allow(
+    core: Core, method: str, path: str, allowed: str
+) -> None:
+    response = await core.client.request(method, path, headers=core.auth)
+    assert response.status_code == 405, response.text
+    assert allowed in response.headers["allow"]
+    if path.startswith(API):
+        assert response.json() == {"error": f"Method {method} not allowed on this path"}
+    else:
+        assert_error(response, 405, "METHOD_NOT_ALLOWED")
+    options = await core.client.options(path)
+    assert options.status_code == 204
+    assert allowed in options.headers["allow"]
+
+
+async def test_trailing_slash_gets_the_same_answer(core: Core) -> None:
+    screen_id = _moving_screen(core)
+    plain = await core.client.get(f"{API}/offers/request/{screen_id}", headers=core.auth)
+    slashed = await core.client.get(f"{API}/offers/request/{screen_id}/", headers=core.auth)
+    assert plain.status_code == slashed.status_code == 200
+    assert set(plain.json()) == set(slashed.json())
+
+
+async def test_bid_body_over_one_megabyte_is_413(core: Core) -> None:
+    body = b'{"id": "x", "pad": "' + b"a" * 1_000_001 + b'"}'
+    assert_error(await _bid(core, body), 413, "PAYLOAD_TOO_LARGE")
+
+
+async def test_offer_response_body_over_16_kb_is_413(core: Core) -> None:
+    body = json.dumps({"action": "reject", "rejection_reason": "x" * 20_000}).encode()
+    response = await core.client.post(
+        f"{API}/offers/response/{SCREEN}",
+        content=body,
+        headers={**core.auth, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 413
+    assert response.json()["error"].startswith("Request body too large")
+
+
+class _RawCall:
+    """Drives the ASGI app with a hand-made request: headers httpx would correct, a body in
+    several chunks, or a client that goes away."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(
+        self,
+        method: str,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        events: list[Any],
+        host: bytes = b"testserver.local",
+    ) -> tuple[int, dict[bytes, bytes], bytes]:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(b"host", host), *headers],
+            "client": ("127.0.0.1", 40000),
+            "server": ("testserver.local", 80),
+            "state": {},
+        }
+        pending = list(events)
+        status, sent_headers, chunks = 0, {}, []
+
+        async def receive() -> Any:
+            return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+        async def send(message: Any) -> None:
+            nonlocal status, sent_headers
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                sent_headers = dict(message["headers"])
+            else:
+                chunks.append(message.get("body", b""))
+
+        await self.app(scope, receive, send)
+        return status, sent_headers, b"".join(chunks)
+
+
+@pytest.fixture
+async def raw(core: Core) -> _RawCall:
+    return _RawCall(create_app(core.rt.settings, runtime=core.rt))
+
+
+def _auth(core: Core) -> list[tuple[bytes, bytes]]:
+    return [
+        (b"authorization", f"Bearer {core.key}".encode()),
+        (b"content-type", b"application/json"),
+    ]
+
+
+async def test_body_in_chunks_is_read_whole(core: Core, raw: _RawCall) -> None:
+    body = json.dumps(bid_request()).encode()
+    events = [
+        {"type": "http.request", "body": body[:100], "more_body": True},
+        {"type": "http.request", "body": b"", "more_body": True},
+        {"type": "http.request", "body": body[100:], "more_body": False},
+    ]
+    status, _, answer = await raw("POST", BID, _auth(core), events)
+    assert status == 200, answer
+    assert json.loads(answer)["id"] == "auction-42"
+
+
+async def test_content_length_not_a_number_is_400(core: Core, raw: _RawCall) -> None:
+    events = [{"type": "http.request", "body": b"{}", "more_body": False}]
+    status, headers, answer = await raw(
+        "POST", BID, [*_auth(core), (b"content-length", b"two")], events
+    )
+    assert status == 400
+    assert json.loads(answer)["error"] == "INVALID_REQUEST"
+    assert headers[b"deprecation"] == b"true"
+
+
+async def test_declared_length_over_the_limit_is_413_before_reading(
+    core: Core, raw: _RawCall
+) -> None:
+    status, _, answer = await raw("POST", BID, [*_auth(core), (b"content-length", b"1000001")], [])
+    assert status == 413
+    assert json.loads(answer)["error"] == "PAYLOAD_TOO_LARGE"
+
+
+async def test_client_gone_mid_body_is_500_without_a_traceback(core: Core, raw: _RawCall) -> None:
+    events = [{"type": "http.request", "body": b'{"action": ', "more_body": True}]
+    status, _, answer = await raw("POST", f"{API}/offers/response/{SCREEN}", _auth(core), events)
+    assert status == 500
+    assert json.loads(answer) == {"error": "Failed to process the offer"}
+
+
+async def test_unexpected_error_is_500_in_the_interface_shape(
+    core: Core, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("bug in the reservation")
+
+    monkeypatch.setattr(core.rt.hot, "reserve", broken)
+    with caplog.at_level(logging.ERROR, logger="bidder.web"):
+        offer = await core.offer(_moving_screen(core))
+    assert offer.status_code == 500
+    assert offer.json() == {"error": "Failed to process the offer"}
+    assert "Traceback" not in offer.text
+    assert any(r.message == "unhandled error" and r.exc_info for r in caplog.records)
+
+
+async def test_invalid_host_header_is_400(core: Core, raw: _RawCall) -> None:
+    events = [{"type": "http.request", "body": b"", "more_body": False}]
+    path = f"{API}/offers/request/{SCREEN}"
+    status, _, _ = await raw("GET", path, _auth(core), events, host=b"bad host/\\")
+    assert status == 400
