@@ -3,9 +3,8 @@ headers every OpenRTB response carries."""
 
 from __future__ import annotations
 
-import uuid
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 from litestar import MediaType, Response
@@ -13,6 +12,7 @@ from litestar import MediaType, Response
 from bidder.asgi import Answer
 from bidder.deprecation import deprecation_headers, deprecation_notice
 from bidder.settings import Settings
+from store.hot import random_uuid
 
 CURRENCY = "EUR"
 #: No-bid reason codes used here (contract: 0 unknown error or resolution mismatch, 1 technical).
@@ -20,6 +20,9 @@ NBR_UNKNOWN = 0
 NBR_TECHNICAL = 1
 
 _encoder = msgspec.json.Encoder(decimal_format="number")
+
+#: A random version-4 UUID in canonical text, as `str(uuid.uuid4())` gives (bidid, Bid.id).
+new_uuid = random_uuid
 
 
 class Bid(msgspec.Struct):
@@ -46,7 +49,7 @@ class BidResponse(msgspec.Struct):
     seatbid: list[SeatBid]
     bidid: str
     cur: str
-    ext: dict[str, Any]
+    ext: msgspec.Raw  # {"platform": deprecation notice}, encoded once (_Fixed)
 
 
 class NoBidResponse(msgspec.Struct):
@@ -60,16 +63,36 @@ def headers(settings: Settings) -> dict[str, str]:
     return {**deprecation_headers(settings), "x-openrtb-version": "2.6"}
 
 
-def _encoded_headers(settings: Settings) -> list[tuple[bytes, bytes]]:
-    return [
-        (name.lower().encode("latin-1"), value.encode("latin-1"))
-        for name, value in headers(settings).items()
-    ]
+class _Fixed:
+    """What every answer of a process repeats, encoded once: the headers of `headers()` as
+    the ASGI server takes them (lower-case names, latin-1) and the BidResponse's `ext`."""
+
+    __slots__ = ("ext", "headers")
+    # Settings are frozen and a worker has one: its _Fixed is kept beside it.
+    _last: ClassVar[tuple[Settings, _Fixed] | None] = None
+
+    def __init__(self, settings: Settings) -> None:
+        self.headers = tuple(
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in headers(settings).items()
+        )
+        self.ext = msgspec.Raw(_encoder.encode({"platform": deprecation_notice(settings)}))
+
+    @classmethod
+    def of(cls, settings: Settings) -> _Fixed:
+        last = cls._last
+        if last is None or last[0] is not settings:
+            last = cls._last = (settings, cls(settings))
+        return last[1]
 
 
 def _json_answer(settings: Settings, body: bytes) -> Answer:
-    encoded = _encoded_headers(settings)
-    encoded += [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    # A new list each time: whoever sends the answer may add to it.
+    encoded = [
+        *_Fixed.of(settings).headers,
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+    ]
     return Answer(200, encoded, body)
 
 
@@ -77,9 +100,9 @@ def bid_response(settings: Settings, request_id: str, bid: Bid) -> Answer:
     body = BidResponse(
         id=request_id,
         seatbid=[SeatBid(bid=[bid])],
-        bidid=str(uuid.uuid4()),
+        bidid=new_uuid(),
         cur=CURRENCY,
-        ext={"platform": deprecation_notice(settings)},
+        ext=_Fixed.of(settings).ext,
     )
     return _json_answer(settings, _encoder.encode(body))
 
@@ -92,7 +115,7 @@ def no_bid(settings: Settings, request_id: str, nbr: int) -> Answer:
 
 def no_content(settings: Settings) -> Answer:
     """204: no matching offer, minimum not met, MIME type not allowed; also a stored notice."""
-    return Answer(204, _encoded_headers(settings), b"")
+    return Answer(204, list(_Fixed.of(settings).headers), b"")
 
 
 def json_document(settings: Settings, document: dict[str, Any]) -> Response[bytes]:
