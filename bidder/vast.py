@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 from typing import ClassVar
-from xml.sax.saxutils import escape, quoteattr
+from xml.sax.saxutils import quoteattr
 
 from bidder.settings import Settings
 from bidder.signing import SIGNATURE_PARAM, signer, url_value
@@ -53,15 +54,21 @@ class VastAd:
     tracking: dict[str, str]  # VAST 4.0 event name -> signed URL
 
 
+def _text(value: str) -> str:
+    """`xml.sax.saxutils.escape` (`&` first, then `>` and `<`) without its function call."""
+    return value.replace("&", "&amp;").replace(">", "&gt;").replace("<", "&lt;")
+
+
 class _Signing:
     """What every tracking URL of a process shares: the base URL, the signed path, the signer."""
 
-    __slots__ = ("base", "path", "signer")
+    __slots__ = ("base", "base_text", "path", "signer")
     # Settings are frozen and a worker has one: its _Signing is kept beside it.
     _last: ClassVar[tuple[Settings, _Signing] | None] = None
 
     def __init__(self, settings: Settings) -> None:
         self.base = settings.tracking_base_url
+        self.base_text = _text(self.base)
         self.path = settings.tracking_path
         self.signer = signer(settings.signing_secret)
 
@@ -80,6 +87,11 @@ def _event_parts(event: str) -> tuple[str, bytes]:
 
 _EVENT_PARTS = {event: _event_parts(event) for event in TRACKING_EVENTS}
 _OPENRTB_QUERY = "".join(f"&{name}={macro}" for name, macro in OPENRTB_MACROS)
+_OPENRTB_QUERY_TEXT = _text(_OPENRTB_QUERY)
+# The XML text (`_text(url)`) of the tracking URLs made last, for render_vast, which follows
+# tracking_urls on both paths: composed from parts escaped once per offer or per process, it
+# costs less than escaping each whole URL. A lookup by the URL itself, so never stale.
+_url_texts: dict[str, str] = {}
 
 
 def tracking_url(
@@ -122,7 +134,17 @@ class _TrackingUrls:
     Signed message (signing.message): path, offer_id, event, pub, scr, ts, one per line.
     Query order: offer_id, event, ts, pub, scr, token, then the OpenRTB macros."""
 
-    __slots__ = ("_end", "_middle", "_rest", "_signer", "_start", "_started")
+    __slots__ = (
+        "_end",
+        "_end_text",
+        "_middle",
+        "_middle_text",
+        "_rest",
+        "_signer",
+        "_start",
+        "_start_text",
+        "_started",
+    )
 
     def __init__(
         self,
@@ -142,17 +164,23 @@ class _TrackingUrls:
             f"{shared.path}\noffer_id={offer_id}\nevent=".encode()
         )
         self._rest = f"\npub={publisher_id}\nscr={screen_id}\nts={ts}".encode()
-        self._start = f"{shared.base}?offer_id={url_value(offer_id)}&event="
-        self._middle = (
-            f"&ts={ts}&pub={url_value(publisher_id)}&scr={url_value(screen_id)}&{SIGNATURE_PARAM}="
-        )
+        # Quoted values hold none of `&<>`: only the separators need escaping in the XML text.
+        offer, pub, scr = url_value(offer_id), url_value(publisher_id), url_value(screen_id)
+        self._start = f"{shared.base}?offer_id={offer}&event="
+        self._start_text = f"{shared.base_text}?offer_id={offer}&amp;event="
+        self._middle = f"&ts={ts}&pub={pub}&scr={scr}&{SIGNATURE_PARAM}="
+        self._middle_text = f"&amp;ts={ts}&amp;pub={pub}&amp;scr={scr}&amp;{SIGNATURE_PARAM}="
         self._end = _OPENRTB_QUERY if openrtb else ""
+        self._end_text = _OPENRTB_QUERY_TEXT if openrtb else ""
+        _url_texts.clear()
 
     def __call__(self, event: str) -> str:
         quoted, signed = _EVENT_PARTS.get(event) or _event_parts(event)
-        # The token is URL-safe base64 already: nothing in it needs quoting.
+        # The token is URL-safe base64 already: nothing in it needs quoting or escaping.
         token = self._signer.finish(self._started, signed + self._rest)
-        return f"{self._start}{quoted}{self._middle}{token}{self._end}"
+        url = f"{self._start}{quoted}{self._middle}{token}{self._end}"
+        _url_texts[url] = f"{self._start_text}{quoted}{self._middle_text}{token}{self._end_text}"
+        return url
 
 
 def duration_hms(seconds: int) -> str:
@@ -160,6 +188,14 @@ def duration_hms(seconds: int) -> str:
     seconds = max(seconds, 0)
     hours, rest = divmod(seconds, 3600)
     return f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+# Creatives have a handful of distinct durations.
+_duration = lru_cache(maxsize=1024)(duration_hms)
+
+
+def _url_text(url: str) -> str:
+    return _url_texts.get(url) or _text(url)
 
 
 def _attr(value: str) -> str:
@@ -171,50 +207,48 @@ _ATTR_SPECIAL = re.compile("[&<>\"'\n\r\t]")
 _TRACKING_OPEN = {event: f"<Tracking event={_attr(event)}>" for event in LINEAR_EVENTS}
 
 
-def _tracking_element(event: str, url: str) -> str:
-    start = _TRACKING_OPEN.get(event) or f"<Tracking event={_attr(event)}>"
-    return f"{start}{escape(url)}</Tracking>"
+def _tracking_elements(tracking: dict[str, str]) -> str:
+    return "".join(
+        [
+            f"{_TRACKING_OPEN.get(event) or f'<Tracking event={_attr(event)}>'}"
+            f"{_url_text(url)}</Tracking>"
+            for event, url in tracking.items()
+        ]
+    )
+
+
+def _ids(offer_id: str) -> tuple[str, str, str]:
+    """The quoted `id`s of the Ad, Creative and MediaFile, all made of the offer id."""
+    if _ATTR_SPECIAL.search(offer_id):
+        return _attr(offer_id), _attr(f"{offer_id}_creative"), _attr(f"{offer_id}_media")
+    return f'"{offer_id}"', f'"{offer_id}_creative"', f'"{offer_id}_media"'
 
 
 def render_vast(ad: VastAd) -> str:
     """The VAST 4.0 document for one ad; every text and attribute value XML-escaped."""
-    offer_id = _attr(ad.offer_id)
-    creative_id = _attr(f"{ad.offer_id}_creative")
-    media_id = _attr(f"{ad.offer_id}_media")
-    tracking = "".join(_tracking_element(event, url) for event, url in ad.tracking.items())
-    billing_code = "" if ad.billing_code is None else escape(ad.billing_code)
+    offer_id, creative_id, media_id = _ids(ad.offer_id)
+    billing_code = "" if ad.billing_code is None else _text(ad.billing_code)
     return (
-        '<?xml version="1.0" encoding="UTF-8"?>'
-        f'<VAST version="4.0" xmlns="{VAST_NAMESPACE}">'
-        f"<Ad id={offer_id}>"
-        "<InLine>"
-        f"<AdSystem>{AD_SYSTEM}</AdSystem>"
+        f'<?xml version="1.0" encoding="UTF-8"?><VAST version="4.0" xmlns="{VAST_NAMESPACE}">'
+        f"<Ad id={offer_id}><InLine><AdSystem>{AD_SYSTEM}</AdSystem>"
         f'<Extensions><Extension type="{EXTENSION_TYPE}">'
-        f"<OfferId>{escape(ad.offer_id)}</OfferId>"
+        f"<OfferId>{_text(ad.offer_id)}</OfferId>"
         f"<BidPriceCents>{plain(ad.bid_price_cents)}</BidPriceCents>"
         f"<BillingCode>{billing_code}</BillingCode>"
-        f"<AdvertiserDomain>{escape(ad.advertiser_domain)}</AdvertiserDomain>"
+        f"<AdvertiserDomain>{_text(ad.advertiser_domain)}</AdvertiserDomain>"
         "</Extension></Extensions>"
-        f"<Impression id={offer_id}>{escape(ad.impression_url)}</Impression>"
-        f"<AdTitle>{escape(ad.ad_title)}</AdTitle>"
-        f"<Advertiser>{escape(ad.advertiser)}</Advertiser>"
-        "<Creatives>"
-        f'<Creative id={creative_id} sequence="1">'
+        f"<Impression id={offer_id}>{_url_text(ad.impression_url)}</Impression>"
+        f"<AdTitle>{_text(ad.ad_title)}</AdTitle>"
+        f"<Advertiser>{_text(ad.advertiser)}</Advertiser>"
+        f'<Creatives><Creative id={creative_id} sequence="1">'
         f'<UniversalAdId idRegistry="unknown" idValue={_attr(ad.creative_id)}>'
-        f"{escape(ad.creative_id)}</UniversalAdId>"
-        "<Linear>"
-        f"<TrackingEvents>{tracking}</TrackingEvents>"
-        f"<Duration>{duration_hms(ad.duration_seconds)}</Duration>"
-        "<MediaFiles>"
-        f'<MediaFile id={media_id} delivery="progressive" '
+        f"{_text(ad.creative_id)}</UniversalAdId>"
+        f"<Linear><TrackingEvents>{_tracking_elements(ad.tracking)}</TrackingEvents>"
+        f"<Duration>{_duration(ad.duration_seconds)}</Duration>"
+        f'<MediaFiles><MediaFile id={media_id} delivery="progressive" '
         f'type={_attr(ad.mime_type)} width="{int(ad.width)}" height="{int(ad.height)}" '
-        f'scalable="true" maintainAspectRatio="true">{escape(ad.asset_url)}</MediaFile>'
-        "</MediaFiles>"
-        "</Linear>"
-        "</Creative>"
-        "</Creatives>"
+        f'scalable="true" maintainAspectRatio="true">{_text(ad.asset_url)}</MediaFile>'
+        "</MediaFiles></Linear></Creative></Creatives>"
         f"<Expires>{max(int(ad.expires_in_seconds), 0)}</Expires>"
-        "</InLine>"
-        "</Ad>"
-        "</VAST>"
+        "</InLine></Ad></VAST>"
     )
