@@ -5,11 +5,14 @@ Containers (the request, `imp`, `video`, `pmp`, `qty`, `ext`) are typed, so a bo
 shape is `INVALID_REQUEST`. The leaves a rule looks at are decoded untyped and judged by that
 rule, so `"w": "1920"` is `NO_RESOLUTION` and `"at": "3"` is `NOT_FIXED_PRICE`, each in its
 place in the order. Numbers decode as `Decimal`, never as binary floats.
+
+Those leaves come from the JSON decoder, so their types are exact (a `true` is a `bool`, never
+an `int`; a number is an `int` or a `Decimal`): the checks compare `type(...)`, which costs less
+than `isinstance` on the bid path.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -24,12 +27,6 @@ class Video(msgspec.Struct):
     w: Any = None
     h: Any = None
     mimes: Any = None
-
-
-class Deal(msgspec.Struct):
-    id: Any = None
-    bidfloor: Any = None
-    at: Any = None
 
 
 class Pmp(msgspec.Struct):
@@ -70,8 +67,7 @@ _decoder = msgspec.json.Decoder(BidRequestView, float_hook=Decimal)
 _id_decoder = msgspec.json.Decoder(IdView)
 
 
-@dataclass(frozen=True, slots=True)
-class BidAsk:
+class BidAsk(msgspec.Struct, frozen=True):
     """A BidRequest that passed every rule: what the bid path needs, typed."""
 
     request_id: str
@@ -90,19 +86,21 @@ def _invalid(code: str, message: str, **details: Any) -> BadRequest:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return type(value) is int  # a decoded `true` is a bool, not an int
 
 
 def _number(value: Any) -> Decimal | None:
     """A finite JSON number as a Decimal; None for anything else (strings, booleans, null)."""
-    if isinstance(value, bool) or not isinstance(value, int | Decimal):
-        return None
-    amount = Decimal(value)
-    return amount if amount.is_finite() else None
+    kind = type(value)
+    if kind is Decimal:
+        return value if value.is_finite() else None
+    if kind is int:
+        return Decimal(value)
+    return None
 
 
 def _non_empty_string(value: Any) -> bool:
-    return isinstance(value, str) and value != ""
+    return type(value) is str and value != ""
 
 
 def request_id_of(body: bytes) -> str:
@@ -193,9 +191,12 @@ def _mimes(value: Any) -> frozenset[str] | None:
     """The MIME types the SSP takes; None (no filter) when the request names none."""
     if value is None:
         return None
-    if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
+    if type(value) is not list:
         raise _invalid("INVALID_REQUEST", "imp[0].video.mimes must be an array of strings")
-    return frozenset(m.strip().lower() for m in value) or None
+    for mime in value:
+        if type(mime) is not str:
+            raise _invalid("INVALID_REQUEST", "imp[0].video.mimes must be an array of strings")
+    return frozenset([mime.strip().lower() for mime in value]) or None
 
 
 def _first_deal(imp: Imp) -> tuple[str, Decimal]:
@@ -206,15 +207,15 @@ def _first_deal(imp: Imp) -> tuple[str, Decimal]:
     first = deals[0]
     if not isinstance(first, dict):
         raise _invalid("NO_PMP_DEALS", "imp[0].pmp.deals[0] must be a deal object")
-    deal = msgspec.convert(first, Deal)
-    if not _non_empty_string(deal.id):
+    deal_id = first.get("id")
+    if not _non_empty_string(deal_id):
         raise _invalid("NO_PMP_DEALS", "imp[0].pmp.deals[0].id is required")
-    floor = _number(deal.bidfloor)
+    floor = _number(first.get("bidfloor"))
     if floor is None or floor < 0:
         raise _invalid(
             "NO_PMP_DEALS", "imp[0].pmp.deals[0].bidfloor is required: a CPM in EUR, 0 or more"
         )
-    return deal.id, floor
+    return deal_id, floor
 
 
 def _audience(imp: Imp) -> Decimal:
