@@ -14,7 +14,7 @@ than `isinstance` on the bid path.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgspec
 
@@ -99,7 +99,7 @@ def _number(value: Any) -> Decimal | None:
     return None
 
 
-def _non_empty_string(value: Any) -> bool:
+def _non_empty_string(value: Any) -> TypeGuard[str]:
     return type(value) is str and value != ""
 
 
