@@ -107,7 +107,7 @@ def request_id_of(body: bytes) -> str:
     """The BidRequest id if the body has a string one, else an empty string."""
     try:
         view = _id_decoder.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return ""
     return view.id if isinstance(view.id, str) else ""
 
@@ -120,7 +120,9 @@ def parse_bid_request(body: bytes) -> BidAsk:
         raise _invalid(
             "INVALID_REQUEST", f"The body is not a valid BidRequest: {exc}", problem=str(exc)
         ) from None
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        # msgspec reports a string that is not UTF-8 as UnicodeDecodeError; JSON is UTF-8
+        # (RFC 8259, 8.1), so such a body is malformed JSON too.
         raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
     if not _non_empty_string(request.id):
         raise _invalid("INVALID_REQUEST", "BidRequest.id is required (a non-empty string)")

@@ -1,0 +1,93 @@
+"""BidRequest validation without a server (decisions section 6): the leaf types each rule takes,
+JSON `true` never counting as a number, and bodies that are not UTF-8 being malformed JSON."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from bidder.errors import BadRequest
+from bidder.openrtb._request import parse_bid_request, request_id_of
+
+
+def body(**changes: Any) -> dict[str, Any]:
+    imp: dict[str, Any] = {
+        "id": "imp-1",
+        "tagid": "ext-1",
+        "video": {"w": 1920, "h": 1080, "mimes": [" Video/MP4 "]},
+        "pmp": {"deals": [{"id": "deal-7", "bidfloor": 1.5, "at": 3}]},
+        "qty": {"multiplier": 119.47},
+    }
+    request: dict[str, Any] = {"id": "auction-1", "at": 3, "imp": [imp]}
+    for path, value in changes.items():
+        node: Any = request
+        *parents, last = path.split("__")
+        for step in parents:
+            node = node[int(step)] if step.isdigit() else node[step]
+        node[int(last) if last.isdigit() else last] = value
+    return request
+
+
+def code_of(raw: bytes) -> str:
+    with pytest.raises(BadRequest) as caught:
+        parse_bid_request(raw)
+    return caught.value.code
+
+
+def test_a_valid_request_reads_as_decimals() -> None:
+    ask = parse_bid_request(json.dumps(body()).encode())
+    assert (ask.request_id, ask.imp_id, ask.tagid, ask.deal_id) == (
+        "auction-1",
+        "imp-1",
+        "ext-1",
+        "deal-7",
+    )
+    assert (ask.width, ask.height) == (1920, 1080)
+    assert ask.mimes == frozenset({"video/mp4"})
+    assert ask.bidfloor == Decimal("1.5")
+    assert ask.audience == Decimal("119.47")
+    assert type(ask.audience) is Decimal
+
+
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({"at": True}, "NOT_FIXED_PRICE"),
+        ({"at": 3.0}, "NOT_FIXED_PRICE"),
+        ({"imp__0__pmp__deals__0__at": True}, "NOT_FIXED_PRICE"),
+        ({"imp__0__video__w": True}, "NO_RESOLUTION"),
+        ({"imp__0__video__h": 1080.0}, "NO_RESOLUTION"),
+        ({"imp__0__video__w": "1920"}, "NO_RESOLUTION"),
+        ({"imp__0__video__mimes": ["video/mp4", 4]}, "INVALID_REQUEST"),
+        ({"imp__0__video__mimes": "video/mp4"}, "INVALID_REQUEST"),
+        ({"imp__0__pmp__deals__0__id": 7}, "NO_PMP_DEALS"),
+        ({"imp__0__pmp__deals__0__bidfloor": True}, "NO_PMP_DEALS"),
+        ({"imp__0__pmp__deals__0__bidfloor": "1.5"}, "NO_PMP_DEALS"),
+        ({"imp__0__qty__multiplier": True}, "NO_TOTAL_AUDIENCE"),
+        ({"imp__0__qty__multiplier": "119"}, "NO_TOTAL_AUDIENCE"),
+        ({"imp__0__id": 1}, "INVALID_REQUEST"),
+        ({"id": ""}, "INVALID_REQUEST"),
+    ],
+)
+def test_each_rule_takes_only_its_type(changes: dict[str, Any], code: str) -> None:
+    assert code_of(json.dumps(body(**changes)).encode()) == code
+
+
+def test_integer_numbers_are_accepted_where_a_number_is_wanted() -> None:
+    raw = body(imp__0__pmp__deals__0__bidfloor=0, imp__0__qty__multiplier=120)
+    ask = parse_bid_request(json.dumps(raw).encode())
+    assert (ask.bidfloor, ask.audience) == (Decimal(0), Decimal(120))
+
+
+@pytest.mark.parametrize(
+    "raw", [b'{"id": "auction-\xff", "at": 3, "imp": []}', b'{"id": "a\xed\xa0\xbd", "imp": []}']
+)
+def test_a_string_that_is_not_utf8_is_malformed_json(raw: bytes) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_bid_request(raw)
+    assert caught.value.code == "INVALID_REQUEST"
+    assert caught.value.message == "The body is not valid JSON"
+    assert request_id_of(raw) == ""
