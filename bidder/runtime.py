@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,7 +19,7 @@ from redis.exceptions import RedisError
 from bidder.observability import Metrics
 from bidder.settings import Settings
 from matching.engine import Budget
-from matching.snapshot import Snapshot, build_snapshot
+from matching.snapshot import SHARDS, Snapshot, build_snapshot
 from store.hot import HotState, connect
 from store.inventory_repo import current_version, export_document, load_api_keys
 from store.pipelined import PipelinedRedis
@@ -36,7 +37,8 @@ def utcnow() -> datetime:
 
 
 class Runtime:
-    """Per-process state. Handlers read `snapshot` and `budgets`; loops replace them whole."""
+    """Per-process state. Handlers read `snapshot` and `budgets`; the inventory loop replaces
+    the snapshot whole, the budget loop refreshes `budgets` a shard at a time."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -127,6 +129,10 @@ class Runtime:
             snapshot.billing_codes,
         )
         self.snapshot = snapshot
+        # The snapshot lives until the next inventory change: exempt it (and the rest of the
+        # heap as it stands) from the cyclic collector, so a full collection during traffic
+        # walks only what requests allocate, not the inventory (~100 ms pauses otherwise).
+        gc.freeze()
         log.info(
             "inventory loaded",
             extra={
@@ -150,9 +156,15 @@ class Runtime:
     # -- budgets and expiry ------------------------------------------------------------------
 
     async def _budget_loop(self) -> None:
-        while await self.sleep(_BUDGET_REFRESH_SECONDS):
+        """Refresh the local budget view one shard a tick: every campaign's figures are at most
+        about `_BUDGET_REFRESH_SECONDS` old, and no tick blocks the loop for long (reading all
+        2,000 campaigns of the bench inventory at once takes ~6 ms of CPU, a stall every
+        request arriving meanwhile would wait out)."""
+        shard = 0
+        while await self.sleep(_BUDGET_REFRESH_SECONDS / SHARDS):
             with contextlib.suppress(RedisError, OSError):
-                self.budgets = await self.hot.read_budgets(utcnow())
+                self.budgets.update(await self.hot.read_budgets(utcnow(), (shard,)))
+            shard = (shard + 1) % SHARDS
 
     def note_budget(self, campaign_id: str, budget: Budget | None) -> None:
         """Fold a script's answer into the local budget view (today's figures kept as seen)."""

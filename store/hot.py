@@ -15,7 +15,7 @@ import importlib.resources
 import os
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import chain
@@ -478,11 +478,14 @@ class HotState:
         which writes the same value."""
         await self.redis.hset(budget_key(shard), f"{campaign_id}:t", total_micros)
 
-    async def read_budgets(self, now: datetime) -> dict[str, Budget]:
-        """Every campaign's live budget (total, reserved, spent, and today's reserved/spent)."""
+    async def read_budgets(
+        self, now: datetime, shards: Iterable[int] = range(SHARDS)
+    ) -> dict[str, Budget]:
+        """The live budget (total, reserved, spent, and today's reserved/spent) of every
+        campaign of `shards` (default: all)."""
         today = day_of(now)
         async with self.redis.pipeline(transaction=False) as pipe:
-            for shard in range(SHARDS):
+            for shard in shards:
                 pipe.hgetall(budget_key(shard))
                 pipe.hgetall(day_key(shard, today))
             raw = await pipe.execute()
