@@ -5,21 +5,30 @@ reservation and answer scripts (ids, keys, ARGV), with no Redis and no HTTP.
 
 Runs on the bench inventory (10,000 screens, 2,000 campaigns) and on a 20-campaign inventory
 over the same screens, so "flat in inventory size" can be read off the two select lines.
-Prints microseconds per call (best of five repeats).
+Prints microseconds per call (best of five repeats). A last section times the OpenRTB bid
+path's pure pieces: request parsing, the signed URLs, the VAST document and the answer.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import timeit
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import msgspec
+from msgspec.structs import replace
 
-from bench import seed
+from bench import seed, workload
+from bidder.openrtb._loss import loss_url
+from bidder.openrtb._request import parse_bid_request
+from bidder.openrtb._response import Bid, bid_response, new_uuid
+from bidder.settings import load_settings
+from bidder.vast import VastAd, render_vast, tracking_urls
 from matching.engine import VideoSlot, select
 from matching.snapshot import ScreenInfo, Snapshot, build_snapshot
 from store import hot
@@ -69,6 +78,81 @@ def _drive(coro: Any) -> Any:
     raise RuntimeError("the stand-in script awaited something")
 
 
+def _bid_path_cases(now: datetime) -> dict[str, Callable[[], object]]:
+    """The bid path's CPU outside matching and Redis, on a bench-shaped BidRequest."""
+    settings = load_settings(
+        {
+            "DATABASE_URL": "postgresql://u@localhost/db",
+            "REDIS_URL": "redis://localhost:6379/0",
+            "ADMIN_TOKEN": "a" * 32,
+            "SIGNING_SECRETS": "bench-secret-0123456789",
+        }
+    )
+    screen = workload.Target(
+        screen_id=hot.random_uuid(),
+        external_id="EXT-MOVING-000123",
+        publisher_id=hot.random_uuid(),
+        api_key="",
+        width=1920,
+        height=1080,
+        audience=119.47,
+        type="moving",
+    )
+    body = json.dumps(workload.bid_request(screen, random.Random(7))).encode()
+    offer_id, pub, scr = hot.new_id(3), screen.publisher_id, screen.screen_id
+    now_ms = hot.epoch_ms(now)
+    impression, tracking = tracking_urls(settings, offer_id, pub, scr, now_ms, openrtb=True)
+    ad = VastAd(
+        offer_id=offer_id,
+        ad_title="Campaign 42",
+        advertiser="Advertiser 7",
+        advertiser_domain="advertiser7.example",
+        asset_url="https://cdn.example/creatives/42.mp4",
+        mime_type="video/mp4",
+        width=1920,
+        height=1080,
+        duration_seconds=15,
+        bid_price_cents=Decimal("119.47"),
+        billing_code="BILL-7-3",
+        expires_in_seconds=300,
+        creative_id=hot.random_uuid(),
+        impression_url=impression,
+        tracking=tracking,
+    )
+
+    def urls_and_vast() -> object:
+        impression, tracking = tracking_urls(settings, offer_id, pub, scr, now_ms, openrtb=True)
+        return render_vast(replace(ad, impression_url=impression, tracking=tracking))
+
+    lurl = loss_url(settings, offer_id, pub, scr, now_ms)
+    adm = render_vast(ad)
+    bid = Bid(
+        new_uuid(),
+        "1",
+        Decimal("1.1947"),
+        offer_id,
+        offer_id,
+        offer_id,
+        adm,
+        lurl,
+        [],
+        "D",
+        1920,
+        1080,
+    )
+    return {
+        "parse_bid_request": lambda: parse_bid_request(body),
+        "tracking_urls (6 signed URLs)": lambda: tracking_urls(
+            settings, offer_id, pub, scr, now_ms, openrtb=True
+        ),
+        "tracking_urls + render_vast": urls_and_vast,
+        "msgspec.structs.replace (in the line above)": lambda: replace(ad, impression_url=""),
+        "loss_url": lambda: loss_url(settings, offer_id, pub, scr, now_ms),
+        "new_uuid": new_uuid,
+        "bid_response": lambda: bid_response(settings, "auction-1", bid),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.micro")
     parser.add_argument("--rounds", type=int, default=20_000)
@@ -112,6 +196,9 @@ def main() -> None:
     }
     for name, fn in other.items():
         print(f"{name:45s} {_per_call_us(fn, rounds):8.2f} us")
+
+    for name, fn in _bid_path_cases(now).items():
+        print(f"{name:45s} {_per_call_us(fn, rounds // 4):8.2f} us")
 
 
 if __name__ == "__main__":

@@ -10,11 +10,12 @@ whose `InLine` sequence puts `AdSystem`, `Extensions` and `Impression` before `A
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 from typing import ClassVar
 from xml.sax.saxutils import quoteattr
+
+import msgspec
 
 from bidder.settings import Settings
 from bidder.signing import SIGNATURE_PARAM, signer, url_value
@@ -33,9 +34,9 @@ TRACKING_SIGNED = ("offer_id", "event", "pub", "scr", "ts")
 OPENRTB_MACROS = (("price", "${AUCTION_PRICE}"), ("aud", "${TOTAL_IMP}"))
 
 
-@dataclass(frozen=True)
-class VastAd:
-    """Everything one VAST document says about one offer or bid."""
+class VastAd(msgspec.Struct, frozen=True):
+    """Everything one VAST document says about one offer or bid. A frozen Struct: made on
+    every bid and offer, it costs a fifth of a frozen dataclass to build."""
 
     offer_id: str
     ad_title: str

@@ -4,11 +4,11 @@ XML-escaped (decisions 6a: all URLs and text escaped), whatever was built before
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import replace
 from decimal import Decimal
 from xml.sax.saxutils import escape
 
 import pytest
+from msgspec.structs import replace
 
 from bidder.settings import Settings
 from bidder.vast import VastAd, render_vast, tracking_urls
