@@ -284,6 +284,7 @@ class HotState:
             now_ms,
             expires_ms,
             max(expires_ms - now_ms, 0) + self.retention_ms,
+            offer_id,
         ]
         argv.extend(chain.from_iterable(offer.items()))  # the offer's fields as name, value pairs
         keys = [

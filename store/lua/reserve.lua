@@ -5,7 +5,8 @@
 -- KEYS: 1 budget hash, 2 today's day hash, 3 this hour's frequency hash, 4 offer hash,
 --       5 expiry zset
 -- ARGV: 1 campaign id, 2 price, 3 daily limit (-1: none), 4 frequency cap (-1: none),
---       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms, 9.. offer field/value pairs
+--       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms, 9 offer id,
+--       10.. offer field/value pairs (the offer hash, `status` added)
 -- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}.
 local cid, price = ARGV[1], tonumber(ARGV[2])
 local daily_limit, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -25,18 +26,15 @@ if cap >= 0 and num(redis.call('HGET', KEYS[3], freq_field)) >= cap then
 end
 
 redis.call('HINCRBY', KEYS[1], cid .. ':r', price)
-redis.call('HINCRBY', KEYS[2], cid .. ':r', price)
-redis.call('PEXPIRE', KEYS[2], 259200000)
-if cap >= 0 then
-  redis.call('HINCRBY', KEYS[3], freq_field, 1)
+-- A hash gets its expiry when one of its fields is created (the answer is then exactly what
+-- was added), not on every reservation: that is when the key can have been created.
+if redis.call('HINCRBY', KEYS[2], cid .. ':r', price) == price then
+  redis.call('PEXPIRE', KEYS[2], 259200000)
+end
+if cap >= 0 and redis.call('HINCRBY', KEYS[3], freq_field, 1) == 1 then
   redis.call('PEXPIRE', KEYS[3], 7200000)
 end
-local offer = {}
-for i = 9, #ARGV, 2 do offer[ARGV[i]] = ARGV[i + 1] end
-offer['status'] = 'open'
-local fields = {}
-for k, v in pairs(offer) do fields[#fields + 1] = k; fields[#fields + 1] = v end
-redis.call('HSET', KEYS[4], unpack(fields))
+redis.call('HSET', KEYS[4], 'status', 'open', unpack(ARGV, 10))
 redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[8]))
-redis.call('ZADD', KEYS[5], tonumber(ARGV[7]), offer['offer_id'])
+redis.call('ZADD', KEYS[5], tonumber(ARGV[7]), ARGV[9])
 return {1, total, reserved + price, spent}

@@ -17,8 +17,11 @@ from store.hot import (
     NotAnswered,
     Refused,
     Reserved,
+    day_key,
     epoch_ms,
     expiry_key,
+    freq_key,
+    offer_key,
     queue_key,
     queue_keys,
 )
@@ -124,3 +127,40 @@ async def test_a_reservation_queues_no_record_and_its_expiry_carries_the_offer(
         "resolved_ms": None,
     }
     assert (await hot.read_budgets(now))[CAMPAIGN].reserved == 0
+
+
+async def test_every_key_a_reservation_writes_expires(redis_client: Redis) -> None:
+    """The day, hour and offer keys all carry an expiry, whichever reservation created them and
+    however many followed (the script sets it when a field is created, not on every call)."""
+    doc = basic_document(
+        campaigns=[
+            campaign(
+                budget_cents=Decimal(100),
+                daily_budget_cents=Decimal(50),
+                max_plays_per_screen_per_hour=5,
+            )
+        ]
+    )
+    snap = build_snapshot(doc)
+    hot = HotState(redis_client)
+    await hot.sync_inventory(
+        {c.id: (c.shard, c.budget_micros) for c in snap.campaigns.values()}, snap.billing_codes
+    )
+    camp = snap.campaigns[CAMPAIGN]
+    now = datetime.now(UTC)
+    made = []
+    for _ in range(3):
+        result = await hot.reserve(
+            camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), {"channel": "core"}
+        )
+        assert isinstance(result, Reserved)
+        made.append(result.offer_id)
+    keys = [
+        day_key(camp.shard, now.strftime("%Y%m%d")),
+        freq_key(camp.shard, now.strftime("%Y%m%d%H")),
+        *(offer_key(camp.shard, offer_id) for offer_id in made),
+    ]
+    for key in keys:
+        assert await redis_client.exists(key), key
+        assert await redis_client.pttl(key) > 0, key
+    assert int(await redis_client.hget(keys[1], f"{CAMPAIGN}:{SCREEN_MOVING}") or 0) == 3
