@@ -108,6 +108,10 @@ class CampaignInfo:
         """The creatives a screen type can show, the preferred first."""
         return self.ranked_creatives[screen_type]
 
+    def sizes_for(self, screen_type: str) -> frozenset[tuple[int, int]]:
+        """The (width, height) of every creative a screen type can show."""
+        return frozenset((c.width, c.height) for c in self.ranked_creatives[screen_type])
+
 
 @dataclass(frozen=True, slots=True)
 class ScreenInfo:
@@ -157,6 +161,11 @@ class Snapshot:
     candidates: dict[tuple[str, str], tuple[CampaignInfo, ...]] = field(default_factory=dict)
     # screen id -> campaigns that target that screen by id, highest CPM first.
     candidates_by_screen: dict[str, tuple[CampaignInfo, ...]] = field(default_factory=dict)
+    # (screen type, publisher id, width, height) -> `candidates` of that type and publisher
+    # with a creative of exactly that size for the type, same order (OpenRTB's exact size).
+    candidates_sized: dict[tuple[str, str, int, int], tuple[CampaignInfo, ...]] = field(
+        default_factory=dict
+    )
 
     def billing_code(self, advertiser_id: str, publisher_id: str) -> str | None:
         return self.billing_codes.get((advertiser_id, publisher_id))
@@ -282,6 +291,11 @@ def build_snapshot(
                 if c.screen_ids is None
                 and (c.publisher_ids is None or publisher_id in c.publisher_ids)
             )
+    sized: dict[tuple[str, str, int, int], list[CampaignInfo]] = {}
+    for (kind, publisher), listed in candidates.items():
+        for campaign in listed:
+            for width, height in sorted(campaign.sizes_for(kind)):
+                sized.setdefault((kind, publisher, width, height), []).append(campaign)
     for campaign in servable:
         for screen_id in campaign.screen_ids or ():
             by_screen.setdefault(screen_id, []).append(campaign)
@@ -297,4 +311,5 @@ def build_snapshot(
         api_keys=api_keys or {},
         candidates=candidates,
         candidates_by_screen={k: tuple(v) for k, v in by_screen.items()},
+        candidates_sized={k: tuple(v) for k, v in sized.items()},
     )

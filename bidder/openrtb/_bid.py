@@ -7,7 +7,6 @@ met or MIME type not allowed is 204; a resolution mismatch is 200 `nbr` 0; Redis
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 
 from redis.exceptions import RedisError
@@ -22,6 +21,7 @@ from bidder.openrtb._response import (
     NBR_UNKNOWN,
     Bid,
     bid_response,
+    new_uuid,
     no_bid,
     no_content,
 )
@@ -132,7 +132,7 @@ def _bid(
         )
     )
     return Bid(
-        id=str(uuid.uuid4()),
+        id=new_uuid(),
         impid=ask.imp_id,
         price=micros_to_eur(made.match.price_micros),
         adid=offer_id,
