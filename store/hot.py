@@ -110,10 +110,36 @@ _CANONICAL_UUID = re.compile(
 )
 
 
+class _RandomHex:
+    """Random hex digits from the OS, fetched 4 KiB at a time: one getrandom() call per 256 ids
+    instead of one per id (a system call was a fifth of an id's cost). Refilled after a fork,
+    so worker processes never share digits."""
+
+    _BATCH = 4096
+
+    def __init__(self) -> None:
+        self._digits = ""
+        self._next = 0
+        os.register_at_fork(after_in_child=self.discard)
+
+    def discard(self) -> None:
+        self._digits, self._next = "", 0
+
+    def take32(self) -> str:
+        start = self._next
+        if start + 32 > len(self._digits):
+            self._digits, start = os.urandom(self._BATCH).hex(), 0
+        self._next = start + 32
+        return self._digits[start : start + 32]
+
+
+_random_hex = _RandomHex()
+
+
 def _uuid4_text(first: str) -> str:
     """A random version-4 UUID in canonical text, formatted straight from 16 random bytes (no
     UUID object to parse and print), its first hex digits replaced by `first`."""
-    digits = os.urandom(16).hex()
+    digits = _random_hex.take32()
     return (
         f"{first}{digits[len(first) : 8]}-{digits[8:12]}-4{digits[13:16]}-"
         f"{_VARIANT_DIGIT[digits[16]]}{digits[17:20]}-{digits[20:]}"

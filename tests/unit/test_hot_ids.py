@@ -4,6 +4,7 @@ exactly the canonical UUID texts, in either case, as `uuid.UUID` reads them."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -82,3 +83,28 @@ offsets = st.integers(min_value=-14 * 60, max_value=14 * 60).map(
 @given(moment=st.datetimes(min_value=datetime(2000, 1, 1), timezones=offsets))
 def test_day_of_is_the_utc_date(moment: datetime) -> None:
     assert day_of(moment) == moment.astimezone(UTC).strftime("%Y%m%d")
+
+
+def test_ids_differ_between_a_process_and_its_forked_child() -> None:
+    """Random digits are fetched in batches; a forked worker must not reuse its parent's."""
+    random_uuid()  # the parent now holds a batch of digits
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, then exit without running pytest's teardown
+        try:
+            os.write(write_end, " ".join(random_uuid() for _ in range(50)).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        child = set(pipe.read().decode().split())
+    os.waitpid(pid, 0)
+    parent = {random_uuid() for _ in range(50)}
+    assert len(child) == 50
+    assert not child & parent
+
+
+def test_ids_stay_unique_across_batches() -> None:
+    ids = [random_uuid() for _ in range(1000)]  # several 4 KiB batches of digits
+    assert len(set(ids)) == len(ids)
+    assert all(uuid.UUID(i).version == 4 and str(uuid.UUID(i)) == i for i in ids)
