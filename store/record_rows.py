@@ -325,46 +325,67 @@ def add_entry(rows: Rows, entry: Entry) -> None:
 
 # -- writing --------------------------------------------------------------------------------
 
-_UPSERT_OFFER = """
-INSERT INTO offers (offer_id, channel, status, publisher_id, screen_id, campaign_id, creative_id,
-                    bid_price_cents, created_at, expires_at, resolved_at, rejection_reason,
-                    auction_id, imp_id, pmp_deal_id, audience)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
-ON CONFLICT (offer_id) DO UPDATE SET
+
+def _unnest_insert(table: str, columns: str, types: str, tail: str) -> str:
+    """One INSERT of a whole batch: each column arrives as one array parameter (a statement
+    per table and batch instead of one per row; Postgres spent ~0.25 ms a row on the
+    per-row statements)."""
+    params = ", ".join(f"${n}::{t}[]" for n, t in enumerate(types.split(), start=1))
+    # Built from this module's constants only, at import.
+    return f"INSERT INTO {table} ({columns}) SELECT * FROM unnest({params}) {tail}"  # noqa: S608
+
+
+_UPSERT_OFFER = _unnest_insert(
+    "offers",
+    "offer_id, channel, status, publisher_id, screen_id, campaign_id, creative_id, "
+    "bid_price_cents, created_at, expires_at, resolved_at, rejection_reason, auction_id, "
+    "imp_id, pmp_deal_id, audience",
+    "uuid text text uuid uuid uuid uuid numeric timestamptz timestamptz timestamptz text text "
+    "text text numeric",
+    """ON CONFLICT (offer_id) DO UPDATE SET
     status = EXCLUDED.status,
     resolved_at = COALESCE(EXCLUDED.resolved_at, offers.resolved_at),
     rejection_reason = COALESCE(EXCLUDED.rejection_reason, offers.rejection_reason)
-WHERE offers.status = 'open' AND EXCLUDED.status <> 'open'
-"""
-_INSERT_DEAL = """
-INSERT INTO deals (deal_id, offer_id, publisher_id, campaign_id, gross_price_cents,
-                   commission_cents, net_price_cents, accepted_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING
-"""
-_INSERT_BILLING = """
-INSERT INTO billing_records (billing_id, offer_id, deal_id, source, publisher_id, advertiser_id,
-                             campaign_id, billing_code, commission_rate, gross_price_cents,
-                             commission_cents, net_price_cents, billed_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT DO NOTHING
-"""
-_INSERT_REJECTION = """
-INSERT INTO rejections (offer_id, reason, rejected_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING
-"""
-_INSERT_PLAYOUT = """
-INSERT INTO playouts (playout_id, deal_id, played_at, confirmed_at, duration_seconds,
-                      completion_rate, player_version, screen_resolution)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING
-"""
-_INSERT_LOSS = """
-INSERT INTO loss_notices (offer_id, reason, price, currency, min_to_win, auction_id, body,
-                          after_billing, released_cents, received_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING
-"""
-_INSERT_TRACKING = """
-INSERT INTO tracking_events (event_id, offer_id, event, channel, event_ts, price, audience,
-                             billed, received_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING
-"""
+WHERE offers.status = 'open' AND EXCLUDED.status <> 'open'""",
+)
+_INSERT_DEAL = _unnest_insert(
+    "deals",
+    "deal_id, offer_id, publisher_id, campaign_id, gross_price_cents, commission_cents, "
+    "net_price_cents, accepted_at",
+    "uuid uuid uuid uuid numeric numeric numeric timestamptz",
+    "ON CONFLICT DO NOTHING",
+)
+_INSERT_BILLING = _unnest_insert(
+    "billing_records",
+    "billing_id, offer_id, deal_id, source, publisher_id, advertiser_id, campaign_id, "
+    "billing_code, commission_rate, gross_price_cents, commission_cents, net_price_cents, "
+    "billed_at",
+    "uuid uuid uuid text uuid uuid uuid text numeric numeric numeric numeric timestamptz",
+    "ON CONFLICT DO NOTHING",
+)
+_INSERT_REJECTION = _unnest_insert(
+    "rejections", "offer_id, reason, rejected_at", "uuid text timestamptz", "ON CONFLICT DO NOTHING"
+)
+_INSERT_PLAYOUT = _unnest_insert(
+    "playouts",
+    "playout_id, deal_id, played_at, confirmed_at, duration_seconds, completion_rate, "
+    "player_version, screen_resolution",
+    "uuid uuid timestamptz timestamptz integer numeric text text",
+    "ON CONFLICT DO NOTHING",
+)
+_INSERT_LOSS = _unnest_insert(
+    "loss_notices",
+    "offer_id, reason, price, currency, min_to_win, auction_id, body, after_billing, "
+    "released_cents, received_at",
+    "uuid integer numeric text numeric text jsonb boolean numeric timestamptz",
+    "ON CONFLICT DO NOTHING",
+)
+_INSERT_TRACKING = _unnest_insert(
+    "tracking_events",
+    "event_id, offer_id, event, channel, event_ts, price, audience, billed, received_at",
+    "uuid uuid text text timestamptz text text boolean timestamptz",
+    "ON CONFLICT DO NOTHING",
+)
 
 
 async def write_rows(conn: Conn, rows: Rows) -> None:
@@ -380,4 +401,4 @@ async def write_rows(conn: Conn, rows: Rows) -> None:
             (_INSERT_TRACKING, rows.tracking),
         ):
             if batch:
-                await conn.executemany(sql, batch)
+                await conn.execute(sql, *zip(*batch, strict=True))
