@@ -187,16 +187,23 @@ def sized_candidates(
     return heapq.merge(general, sized, key=lambda c: (-c.cpm_cents, c.id))
 
 
-@dataclass(frozen=True, slots=True)
 class _Scan:
-    """One request's eligibility rules, applied to a list of candidates."""
+    """One request's eligibility rules, applied to a list of candidates. A plain class: made
+    on every request, a frozen dataclass costs several times as much to build."""
 
-    now: datetime
-    weekday: int
-    hour: int
-    budgets: Mapping[str, Budget]
-    skipped: frozenset[str]
-    min_price_micros: int
+    __slots__ = ("budgets", "hour", "min_price_micros", "now", "skipped", "weekday")
+
+    def __init__(
+        self,
+        now: datetime,
+        weekday: int,
+        hour: int,
+        budgets: Mapping[str, Budget],
+        skipped: frozenset[str],
+        min_price_micros: int,
+    ) -> None:
+        self.now, self.weekday, self.hour = now, weekday, hour
+        self.budgets, self.skipped, self.min_price_micros = budgets, skipped, min_price_micros
 
     def best(
         self,

@@ -201,7 +201,8 @@ class Refused:
 
 @dataclass(frozen=True, slots=True)
 class Answered:
-    offer: dict[str, str]
+    campaign_id: str
+    deal_id: str  # an accept's new deal ("" for a reject)
     billing_code: str | None
     budget: Budget
 
@@ -343,7 +344,7 @@ class HotState:
         """Accept or reject an open offer of this publisher's; exactly one answer wins.
 
         An accept makes the deal id (in the offer's shard) and adds it to the record payload;
-        the answered offer carries it as `deal_id`.
+        the answer carries it as `deal_id`.
         """
         shard = shard_of(offer_id)
         if shard is None:
@@ -375,9 +376,9 @@ class HotState:
             return NotAnswered(
                 "above_bid" if reason == "above_bid" else "not_found", _text(result[2])
             )
-        offer: dict[str, str] = msgspec.json.decode(result[1])
         code = None if result[2] is None else _text(result[2])
-        return Answered(offer, code, Budget(int(result[3]), int(result[4]), int(result[5])))
+        budget = Budget(int(result[3]), int(result[4]), int(result[5]))
+        return Answered(_text(result[1]), deal_id, code, budget)
 
     async def expire_due(self, now: datetime, limit: int = 500) -> int:
         """Expire the offers past their time (`limit` a shard); return how many this call did."""

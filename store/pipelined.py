@@ -155,19 +155,28 @@ class PipelinedRedis:
             return
         self._arm_watchdog()
 
-    async def _send(self, command: tuple[Arg, ...]) -> Any:
-        loop = asyncio.get_running_loop()
+    def _enqueue(self, loop: asyncio.AbstractEventLoop, command: tuple[Arg, ...]) -> Any:
+        """Queue `command` for this tick's write; the future of its reply."""
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((future, time.monotonic()))
         self._outbox.append(hiredis.pack_command(command))  # type: ignore[arg-type]
         if not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
-        self._arm_watchdog()
-        return await future
+        if self._watchdog is None:
+            self._arm_watchdog()
+        return future
+
+    async def _send(self, command: tuple[Arg, ...]) -> Any:
+        return await self._enqueue(asyncio.get_running_loop(), command)
 
     async def execute(self, *command: Arg) -> Any:
         """Send one command (pipelined with the others of this tick) and return its reply."""
+        transport = self._transport
+        if transport is not None and self._loop is not None and not transport.is_closing():
+            loop = asyncio.get_running_loop()
+            if loop is self._loop:  # connected on this loop: the common case, no extra await
+                return await self._enqueue(loop, command)
         if self._loop is not None and self._loop is not asyncio.get_running_loop():
             # Used from another event loop than the one it connected on (a test harness, a
             # forked worker): start over on this loop.

@@ -166,12 +166,12 @@ async def _answer(
         if answered.reason == "above_bid":
             raise _above_bid(int(answered.detail))
         raise NotFound(OFFER_NOT_FOUND)
-    rt.note_budget(answered.offer["campaign"], answered.budget)
+    rt.note_budget(answered.campaign_id, answered.budget)
     if action == "reject":
         rt.metrics.offers.labels("rejected").inc()
         return json_body_answer(_rejected_body(reason, answered.billing_code))
     rt.metrics.offers.labels("accepted").inc()
-    deal_id = answered.offer["deal_id"]
+    deal_id = answered.deal_id
     body = _accepted_body(deal_id, billing_id, accepted, net, commission, answered.billing_code)
     return json_body_answer(body)
 

@@ -5,7 +5,7 @@
 -- ARGV: 1 action (accept|reject), 2 publisher id, 3 now_ms, 4 today, 5 yesterday,
 --       6 accepted price (accept) or '' , 7 record payload (JSON), 8 deal id, 9 deal ttl ms,
 --       10 offer key ttl ms after resolution
--- Returns {1, offer JSON, billing code or false, total, reserved, spent} or {0, reason, detail}
+-- Returns {1, campaign id, billing code or false, total, reserved, spent} or {0, reason, detail}
 local offer_flat = redis.call('HGETALL', KEYS[1])
 if #offer_flat == 0 then return {0, 'not_found', ''} end
 local offer = hash_to_table(offer_flat)
@@ -41,4 +41,4 @@ else
 end
 redis.call('ZREM', KEYS[6], offer['offer_id'])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[10]))
-return {1, cjson.encode(offer), code, b[1], b[2], b[3]}
+return {1, offer['campaign'], code, b[1], b[2], b[3]}

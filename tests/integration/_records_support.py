@@ -114,7 +114,7 @@ async def core_accept_and_play(hot: HotState, camp: CampaignInfo) -> Expected:
     answered = await hot.respond(
         offer_id, PUB, "accept", datetime.now(UTC), _billing(ACCEPTED), accepted_micros=ACCEPTED
     )
-    deal_id = answered.offer["deal_id"]  # type: ignore[union-attr]
+    deal_id = answered.deal_id  # type: ignore[union-attr]
     played = await hot.confirm_playout(
         deal_id, PUB, datetime.now(UTC), {"played_at": None, "duration_seconds": 15}
     )

@@ -83,7 +83,7 @@ async def test_offer_and_deal_lookups_from_redis_then_postgres(
         offer_id, PUB, "accept", now, _billing(ACCEPTED), accepted_micros=ACCEPTED
     )
     assert isinstance(answered, Answered)
-    deal_id = answered.offer["deal_id"]
+    deal_id = answered.deal_id
     deal = await _until(app_client, f"/admin/v1/deals/{deal_id}")
     assert deal.status_code == 200, deal.text
     body = deal.json()
