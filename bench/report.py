@@ -64,6 +64,8 @@ class RunReport:
     settings: dict[str, str] = field(default_factory=dict)
     peak: dict[str, WrkResult] = field(default_factory=dict)
     paced: dict[str, WrkResult] = field(default_factory=dict)
+    #: every round of the interleaved peak runs, in order; `peak` holds each one's median
+    rounds: dict[str, list[WrkResult]] = field(default_factory=dict)
     rss_mb: float | None = None
     rss_peak_mb: float | None = None
     locust: list[LocustRow] = field(default_factory=list)
@@ -75,6 +77,14 @@ class RunReport:
     def ceiling(self) -> float:
         found = self.peak.get("healthz")
         return found.rps if found else 0.0
+
+
+def median_run(runs: list[WrkResult]) -> WrkResult:
+    """The run whose req/s is the median (the lower middle for an even count; among equal
+    rates the earlier run), so the peak table's latencies are those of a real run."""
+    if not runs:
+        raise ValueError("no runs to take the median of")
+    return sorted(runs, key=lambda run: run.rps)[(len(runs) - 1) // 2]
 
 
 @dataclass
@@ -156,6 +166,47 @@ def _wrk_table(results: dict[str, WrkResult], ceiling: float) -> list[str]:
     return lines
 
 
+def _rounds_section(report: RunReport) -> list[str]:
+    """How the peaks were taken, then one row per round: each endpoint's req/s and its ratio
+    to the same round's ceiling."""
+    count = max(len(runs) for runs in report.rounds.values())
+    order = ", ".join(LABELS.get(key, key).replace(" (ceiling)", "") for key in report.rounds)
+    if count == 1:
+        method = f"Peak figures of {order}: one round, so no median."
+    else:
+        method = (
+            f"Peak figures of {order}: median of {count} interleaved rounds (each round runs "
+            "them once, in this order); the peak table shows the round with the median req/s "
+            "(the lower middle for an even count), so each ratio in the peak table is "
+            "median/median. A round's ratio divides by that same round's /healthz."
+        )
+    singles = [LABELS.get(key, key) for key in report.peak if key not in report.rounds]
+    if singles:
+        method += (
+            f" {', '.join(singles)}: one run each, after the rounds, compared to the median "
+            "ceiling."
+        )
+    ceilings = report.rounds.get("healthz", [])
+    columns = [
+        f"{LABELS.get(key, key)} req/s" + ("" if key == "healthz" else " | ratio")
+        for key in report.rounds
+    ]
+    ratio_columns = sum(1 for key in report.rounds if key != "healthz")
+    lines = [method, "", "| round | " + " | ".join(columns) + " |"]
+    lines.append("|---:|" + "---:|" * (len(report.rounds) + ratio_columns))
+    for index in range(count):
+        ceiling = ceilings[index].rps if index < len(ceilings) else 0.0
+        cells = [str(index + 1)]
+        for key, runs in report.rounds.items():
+            run = runs[index] if index < len(runs) else None
+            cells.append("-" if run is None else f"{run.rps:,.0f}")
+            if key != "healthz":
+                known = run is not None and ceiling > 0
+                cells.append(f"{ratio(run.rps, ceiling):.2f}" if run and known else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def _mark(met: bool | None) -> str:
     return {True: "met", False: "NOT met", None: "not measured"}[met]
 
@@ -179,6 +230,8 @@ def render_markdown(report: RunReport, chart_name: str | None = None) -> str:
         out += ["## Notes", "", *[f"- {n}" for n in report.notes], ""]
     out += ["## Peak throughput (wrk, closed loop)", ""]
     out += _wrk_table(report.peak, report.ceiling) if report.peak else ["Not measured."]
+    if report.rounds:
+        out += ["", "## Rounds", "", *_rounds_section(report)]
     out += ["", "## Paced runs", ""]
     out += _wrk_table(report.paced, report.ceiling) if report.paced else ["Not measured."]
     if chart_name:
@@ -241,13 +294,23 @@ def write_chart(report: RunReport, path: Path) -> bool:
     lat_ax.set_title("Latency percentiles")
     lat_ax.legend()
     peak_names = [LABELS.get(k, k).replace(" (ceiling)", "") for k in report.peak]
-    rps_ax.bar(range(len(report.peak)), [r.rps for r in report.peak.values()], color="tab:green")
+    spread = [  # the lowest and highest round around each median, 0 for a single run
+        [r.rps - min(x.rps for x in report.rounds.get(k, [r])) for k, r in report.peak.items()],
+        [max(x.rps for x in report.rounds.get(k, [r])) - r.rps for k, r in report.peak.items()],
+    ]
+    rps_ax.bar(
+        range(len(report.peak)),
+        [r.rps for r in report.peak.values()],
+        yerr=spread,
+        capsize=4,
+        color="tab:green",
+    )
     if report.ceiling:
         for share in (0.5, 0.4):
             rps_ax.axhline(report.ceiling * share, linestyle=":", linewidth=1, color="gray")
     rps_ax.set_xticks(range(len(report.peak)), peak_names, rotation=35, ha="right", fontsize=8)
     rps_ax.set_ylabel("requests per second (peak, one worker)")
-    rps_ax.set_title("Throughput (dotted: 0.5 and 0.4 of the ceiling)")
+    rps_ax.set_title("Throughput (bars: lowest-highest round; dotted: 0.5 and 0.4 of the ceiling)")
     fig.suptitle(f"Bench {report.day.isoformat()} {report.name}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -4,10 +4,12 @@ Phases, one at a time (the machine has two cores: the worker on CPU 0, the load 
 
 1. Redis + Postgres (.run/bench, or REDIS_URL / DATABASE_URL), the full inventory seeded,
    one API key per publisher, one granian worker pinned to CPU 0.
-2. wrk peak runs: /healthz (the ceiling), offer request, bid (harvesting the `lurl`s), an
-   offer pool made by offer requests (one wrk thread per publisher, so each offer's key is
-   known), accept (each pooled offer accepted once), loss notice (the harvested `lurl`s).
-3. wrk paced runs at half of the offer request's and the bid's peak.
+2. wrk peak runs: `rounds` interleaved rounds of /healthz (the ceiling), offer request and bid
+   (harvesting the `lurl`s), each endpoint's peak the round with the median req/s (one run of
+   the same code moves by a third on this shared machine); then an offer pool made by offer
+   requests (one wrk thread per publisher, so each offer's key is known), accept (each pooled
+   offer accepted once), loss notice (the harvested `lurl`s of every round).
+3. wrk paced runs at half of the offer request's and the bid's (median) peak.
 4. Locust: publisher flow, SSP flow, demo traffic and bad input, every answer checked.
 5. Worker RSS; invariants once the record queue has drained.
 6. The small variant (20 campaigns, same screens) in its own database: bid peak and bid paced
@@ -51,6 +53,7 @@ class BenchConfig:
     skip_locust: bool = False
     skip_small: bool = False
     wrk_seconds: float = 10.0
+    rounds: int = 3
     locust_seconds: int = 30
     locust_users: int = 40
     root: Path = ROOT
@@ -73,6 +76,9 @@ class BenchConfig:
         )
         if args.quick:
             cfg.wrk_seconds, cfg.locust_seconds, cfg.locust_users = 3.0, 8, 20
+            cfg.rounds = 1
+        if args.rounds is not None:
+            cfg.rounds = args.rounds
         if args.wrk_seconds:
             cfg.wrk_seconds = args.wrk_seconds
         if args.locust_seconds:
@@ -87,6 +93,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-small", action="store_true", help="no 20-campaign comparison")
     parser.add_argument("--name", default="", help="report name (default: full or quick)")
     parser.add_argument("--wrk-seconds", type=float, default=0.0, help="seconds per wrk run")
+    parser.add_argument(
+        "--rounds",
+        type=_at_least_one,
+        default=None,
+        metavar="N",
+        help="interleaved rounds of the /healthz, offer request and bid peaks; each peak is the "
+        "median round (default 3, 1 with --quick)",
+    )
     parser.add_argument("--locust-seconds", type=int, default=0, help="Locust run time")
     parser.add_argument(
         "--separate-writer",
@@ -98,12 +112,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default=str(report.RESULTS_DIR), help="report folder")
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 @dataclass
 class Outcome:
     """Everything measured, gathered for the report and the invariants."""
 
     peak: dict[str, WrkResult] = field(default_factory=dict)
     paced: dict[str, WrkResult] = field(default_factory=dict)
+    #: every round of the interleaved peaks (healthz, offer_request, bid), in run order
+    rounds: dict[str, list[WrkResult]] = field(default_factory=dict)
     seen: invariants.Acknowledged = field(default_factory=invariants.Acknowledged)
     locust_rows: list[report.LocustRow] = field(default_factory=list)
     locust_summary: str = ""
@@ -144,16 +170,8 @@ class Throughput:
             files / "offer.tsv", workload.offer_request_lines(targets, 20_000, seed=1)
         )
         throughput.write_requests(files / "bid.tsv", workload.bid_lines(targets, 5_000, seed=2))
-        out.peak["healthz"] = self.run(
-            WrkRun("healthz", "healthz.lua", files / "healthz.tsv", seconds)
-        )
-        out.peak["offer_request"] = self.run(
-            WrkRun("offer_request", "offer_request.lua", files / "offer.tsv", seconds)
-        )
         lurls = files / "lurls.txt"
-        out.peak["bid"] = self.run(
-            WrkRun("bid", "bid.lua", files / "bid.tsv", seconds, harvest="lurl", out=lurls)
-        )
+        self.rounds(lurls)
         self.accept(targets)
         loss = workload.loss_lines(lurls)
         if loss:
@@ -162,12 +180,34 @@ class Throughput:
             out.peak["loss"] = result
             if result.requests > len(loss):
                 out.notes.append(
-                    f"Loss notices: {len(loss):,} distinct lurls from the bid run, "
+                    f"Loss notices: {len(loss):,} distinct lurls from the bid runs, "
                     f"{result.requests:,} notices sent: {result.requests - len(loss):,} were "
                     "retries of a notice already counted (the cheaper retry path)."
                 )
         else:
-            out.notes.append("Loss notice not measured: the bid run returned no lurl.")
+            out.notes.append("Loss notice not measured: the bid runs returned no lurl.")
+
+    def rounds(self, lurls: Path) -> None:
+        """`cfg.rounds` rounds of healthz, offer request, bid: back-to-back runs of the same code
+        differ by a third here, so each peak is the median round, and the ratios compare
+        medians. Every round's bid run keeps its `lurl`s; `lurls` gets them all."""
+        seconds, out, files = self.cfg.wrk_seconds, self.outcome, self.data
+        harvested = []
+        for number in range(1, self.cfg.rounds + 1):
+            log(f"round {number} of {self.cfg.rounds}")
+            round_lurls = files / f"lurls-r{number}.txt"
+            for key, script, data, harvest in (
+                ("healthz", "healthz.lua", files / "healthz.tsv", ""),
+                ("offer_request", "offer_request.lua", files / "offer.tsv", ""),
+                ("bid", "bid.lua", files / "bid.tsv", "lurl"),
+            ):
+                kept = round_lurls if harvest else None
+                spec = WrkRun(f"{key}-r{number}", script, data, seconds, harvest=harvest, out=kept)
+                out.rounds.setdefault(key, []).append(self.run(spec))
+            harvested.append(round_lurls.read_text())
+        lurls.write_text("".join(harvested))
+        for key, runs in out.rounds.items():
+            out.peak[key] = report.median_run(runs)
 
     def accept(self, targets: list[workload.Target]) -> None:
         """Pool of fresh offers (one wrk thread per publisher), then one accept per offer."""
@@ -528,11 +568,13 @@ def write(
             + ", OFFER_TTL_SECONDS=1800",
             "load": f"wrk -t1 on CPU 1, {throughput.PEAK_CONNECTIONS} connections for peaks, "
             f"{throughput.PACED_CONNECTIONS} with exponential think time for paced runs, "
-            f"{cfg.wrk_seconds:g} s each",
+            f"{cfg.wrk_seconds:g} s each; /healthz, offer request and bid in {cfg.rounds} "
+            "interleaved round(s), each peak the median round",
             **outcome.settings,
         },
         peak=outcome.peak,
         paced=outcome.paced,
+        rounds=outcome.rounds,
         rss_mb=None if rss is None else rss[0] / 1024,
         rss_peak_mb=None if rss is None else rss[1] / 1024,
         locust=outcome.locust_rows,

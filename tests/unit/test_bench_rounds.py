@@ -1,0 +1,212 @@
+"""Interleaved peak rounds: the median pick, the Rounds section of the report, `--rounds`, and
+the order in which the runner takes the rounds (wrk replaced by a stub)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from bench import throughput
+from bench.cli import register
+from bench.report import RunReport, median_run, render_markdown, write_report
+from bench.run import BenchConfig, Outcome, Throughput
+from bench.throughput import WrkResult, WrkRun
+
+
+def wrk(
+    name: str, rps: float, p50: float = 1.0, statuses: dict[int, int] | None = None
+) -> WrkResult:
+    return WrkResult(
+        name=name,
+        requests=int(rps * 10),
+        duration_s=10.0,
+        p50_ms=p50,
+        p90_ms=p50 * 2,
+        p99_ms=p50 * 3,
+        p999_ms=p50 * 4,
+        max_ms=p50 * 5,
+        mean_ms=p50,
+        statuses=statuses if statuses is not None else {200: int(rps * 10)},
+        socket_errors={},
+    )
+
+
+# -- the median pick ---------------------------------------------------------------------------
+
+
+def test_median_of_an_odd_count_is_the_middle_rate() -> None:
+    runs = [wrk("r1", 300), wrk("r2", 100), wrk("r3", 200)]
+    assert median_run(runs) is runs[2]
+
+
+def test_median_of_an_even_count_is_the_lower_middle() -> None:
+    runs = [wrk("r1", 400), wrk("r2", 100), wrk("r3", 300), wrk("r4", 200)]
+    assert median_run(runs) is runs[3]  # 100, 200 | 300, 400
+    pair = [wrk("r1", 500), wrk("r2", 400)]
+    assert median_run(pair) is pair[1]
+
+
+def test_median_among_equal_rates_is_the_earlier_round() -> None:
+    runs = [wrk("r1", 200, p50=1.0), wrk("r2", 100), wrk("r3", 200, p50=9.0)]
+    assert median_run(runs) is runs[0]
+
+
+def test_median_of_one_run_is_that_run_and_of_none_an_error() -> None:
+    only = wrk("r1", 123)
+    assert median_run([only]) is only
+    with pytest.raises(ValueError, match="no runs"):
+        median_run([])
+
+
+# -- the Rounds section ------------------------------------------------------------------------
+
+
+def three_rounds() -> RunReport:
+    rounds = {
+        "healthz": [wrk("h1", 10_000), wrk("h2", 8_000), wrk("h3", 12_000)],
+        "offer_request": [wrk("o1", 5_000), wrk("o2", 4_800), wrk("o3", 5_400)],
+        "bid": [wrk("b1", 4_000, p50=1.5), wrk("b2", 4_400, p50=2.5), wrk("b3", 6_000, p50=3.5)],
+    }
+    return RunReport(
+        name="unit",
+        day=date(2025, 1, 2),
+        command="python -m bench",
+        mode="full run",
+        peak={
+            "healthz": rounds["healthz"][0],  # median 10,000
+            "offer_request": rounds["offer_request"][0],  # median 5,000
+            "bid": rounds["bid"][1],  # median 4,400
+            "accept": wrk("accept", 4_000),  # one run
+        },
+        rounds=rounds,
+    )
+
+
+def test_rounds_rows_divide_by_the_same_rounds_ceiling() -> None:
+    text = render_markdown(three_rounds())
+    # offer: 5,000/10,000, 4,800/8,000, 5,400/12,000; bid: 4,000/10,000, 4,400/8,000, 6,000/12,000
+    assert "| 1 | 10,000 | 5,000 | 0.50 | 4,000 | 0.40 |" in text
+    assert "| 2 | 8,000 | 4,800 | 0.60 | 4,400 | 0.55 |" in text
+    assert "| 3 | 12,000 | 5,400 | 0.45 | 6,000 | 0.50 |" in text
+
+
+def test_peak_table_ratios_are_median_over_median_with_the_median_rounds_latencies() -> None:
+    text = render_markdown(three_rounds())
+    # bid median 4,400 (round 2, p50 2.5 ms) over healthz median 10,000 (round 1)
+    assert "| POST OpenRTB bid | 4,400 | 0.44 | 2.50 |" in text
+    assert "| GET offer request | 5,000 | 0.50 |" in text
+    assert "| POST offer response (accept) | 4,000 | 0.40 |" in text  # over the median ceiling
+
+
+def test_rounds_section_sits_after_the_peak_table_and_states_the_method() -> None:
+    text = render_markdown(three_rounds())
+    peak, rounds, paced = (
+        text.index("## Peak throughput"),
+        text.index("## Rounds"),
+        text.index("## Paced runs"),
+    )
+    assert peak < rounds < paced
+    section = text[rounds:paced]
+    assert "median of 3 interleaved rounds" in section
+    assert "median/median" in section
+    assert "POST offer response (accept): one run each, after the rounds, compared to the " in (
+        section
+    )
+    assert "median ceiling" in section
+    assert section.count("\n| ") == 4  # header and three rounds (the separator starts "|---")
+
+
+def test_no_rounds_no_section() -> None:
+    report = three_rounds()
+    report.rounds = {}
+    assert "## Rounds" not in render_markdown(report)
+
+
+def test_chart_draws_with_rounds(tmp_path: Path) -> None:
+    path = write_report(three_rounds(), tmp_path)
+    assert (tmp_path / "2025-01-02-unit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![latency and throughput per endpoint](2025-01-02-unit.png)" in path.read_text()
+
+
+# -- --rounds ----------------------------------------------------------------------------------
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bidder")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["bench", *argv])
+    args.command_line = "bidder bench"
+    return args
+
+
+def test_rounds_default_three_and_one_when_quick() -> None:
+    assert BenchConfig.from_args(parse()).rounds == 3
+    assert BenchConfig.from_args(parse("--quick")).rounds == 1
+
+
+def test_rounds_flag_overrides_both_defaults() -> None:
+    assert BenchConfig.from_args(parse("--rounds", "5")).rounds == 5
+    assert BenchConfig.from_args(parse("--quick", "--rounds", "2")).rounds == 2
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "two", "1.5"])
+def test_rounds_must_be_a_whole_number_of_at_least_one(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse("--rounds", bad)
+    assert "--rounds" in capsys.readouterr().err
+
+
+# -- the runner's order ------------------------------------------------------------------------
+
+
+def test_rounds_interleave_keep_every_run_and_harvest_every_bid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rates = {  # per round: healthz, offer request, bid
+        "healthz": [9_000.0, 6_000.0, 7_000.0],
+        "offer_request": [3_000.0, 3_300.0, 2_700.0],
+        "bid": [2_000.0, 2_600.0, 2_300.0],
+    }
+    started: list[str] = []
+
+    def fake_wrk(spec: WrkRun, base_url: str, log_dir: Path) -> WrkResult:
+        started.append(spec.name)
+        key, number = spec.name.rsplit("-r", 1)
+        rps = rates[key][int(number) - 1]
+        if spec.harvest:
+            assert spec.harvest == "lurl"
+            assert spec.out is not None
+            spec.out.write_text(f"lurl-{number}-a\nlurl-{number}-b\n")
+        statuses = {200: int(rps * 10), 503: 1} if key == "bid" else {200: int(rps * 10)}
+        return wrk(spec.name, rps, statuses=statuses)
+
+    monkeypatch.setattr(throughput, "run_wrk", fake_wrk)
+    outcome = Outcome()
+    cfg = BenchConfig(rounds=3, wrk_seconds=1.0)
+    lurls = tmp_path / "lurls.txt"
+    Throughput(cfg, "http://unused", tmp_path, outcome).rounds(lurls)
+
+    assert started == [
+        f"{key}-r{n}" for n in (1, 2, 3) for key in ("healthz", "offer_request", "bid")
+    ]
+    assert {key: [r.rps for r in runs] for key, runs in outcome.rounds.items()} == rates
+    assert {key: r.rps for key, r in outcome.peak.items()} == {
+        "healthz": 7_000.0,
+        "offer_request": 3_000.0,
+        "bid": 2_300.0,
+    }
+    assert outcome.peak["bid"] is outcome.rounds["bid"][2]
+    assert lurls.read_text().split() == [
+        "lurl-1-a",
+        "lurl-1-b",
+        "lurl-2-a",
+        "lurl-2-b",
+        "lurl-3-a",
+        "lurl-3-b",
+    ]
+    assert outcome.seen.server_errors == 3  # one 503 in each round's bid run
