@@ -5,10 +5,10 @@ Phases, one at a time (the machine has two cores: the worker on CPU 0, the load 
 1. Redis + Postgres (.run/bench, or REDIS_URL / DATABASE_URL), the full inventory seeded,
    one API key per publisher, one granian worker pinned to CPU 0.
 2. wrk peak runs: `rounds` interleaved rounds of /healthz (the ceiling), offer request and bid
-   (harvesting the `lurl`s), each endpoint's peak the round with the median req/s (one run of
-   the same code moves by a third on this shared machine); then an offer pool made by offer
-   requests (one wrk thread per publisher, so each offer's key is known), accept (each pooled
-   offer accepted once), loss notice (the harvested `lurl`s of every round).
+   (harvesting the `lurl`s), each endpoint's peak the round with the median req/s (back-to-back
+   runs of the same code vary by about ±30 % on this shared machine); then an offer pool made
+   by offer requests (one wrk thread per publisher, so each offer's key is known), accept (each
+   pooled offer accepted once), loss notice (the harvested `lurl`s of every round).
 3. wrk paced runs at half of the offer request's and the bid's (median) peak.
 4. Locust: publisher flow, SSP flow, demo traffic and bad input, every answer checked.
 5. Worker RSS; invariants once the record queue has drained.
@@ -189,7 +189,7 @@ class Throughput:
 
     def rounds(self, lurls: Path) -> None:
         """`cfg.rounds` rounds of healthz, offer request, bid: back-to-back runs of the same code
-        differ by a third here, so each peak is the median round, and the ratios compare
+        vary by about ±30 % here, so each peak is the median round, and the ratios compare
         medians. Every round's bid run keeps its `lurl`s; `lurls` gets them all."""
         seconds, out, files = self.cfg.wrk_seconds, self.outcome, self.data
         harvested = []
