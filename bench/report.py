@@ -182,9 +182,8 @@ def _rounds_section(report: RunReport) -> list[str]:
         )
     singles = [LABELS.get(key, key) for key in report.peak if key not in report.rounds]
     if singles:
-        method += (
-            f" {', '.join(singles)}: one run each, after the rounds, compared to the median "
-            "ceiling."
+        method += f" {', '.join(singles)}: one run each, after the rounds, compared to the " + (
+            "median ceiling." if count > 1 else "round's ceiling."
         )
     ceilings = report.rounds.get("healthz", [])
     columns = [

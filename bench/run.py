@@ -568,8 +568,13 @@ def write(
             + ", OFFER_TTL_SECONDS=1800",
             "load": f"wrk -t1 on CPU 1, {throughput.PEAK_CONNECTIONS} connections for peaks, "
             f"{throughput.PACED_CONNECTIONS} with exponential think time for paced runs, "
-            f"{cfg.wrk_seconds:g} s each; /healthz, offer request and bid in {cfg.rounds} "
-            "interleaved round(s), each peak the median round",
+            f"{cfg.wrk_seconds:g} s each; "
+            + (
+                f"/healthz, offer request and bid in {cfg.rounds} interleaved rounds, each peak "
+                "the median round"
+                if cfg.rounds > 1
+                else "/healthz, offer request and bid in one round"
+            ),
             **outcome.settings,
         },
         peak=outcome.peak,

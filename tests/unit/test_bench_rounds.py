@@ -119,6 +119,17 @@ def test_rounds_section_sits_after_the_peak_table_and_states_the_method() -> Non
     assert section.count("\n| ") == 4  # header and three rounds (the separator starts "|---")
 
 
+def test_one_round_says_there_is_no_median() -> None:
+    report = three_rounds()
+    report.rounds = {key: runs[:1] for key, runs in report.rounds.items()}
+    text = render_markdown(report)
+    section = text[text.index("## Rounds") : text.index("## Paced runs")]
+    assert "one round, so no median" in section
+    assert "compared to the round's ceiling" in section
+    assert "median" not in section.replace("no median", "")
+    assert "| 1 | 10,000 | 5,000 | 0.50 | 4,000 | 0.40 |" in section
+
+
 def test_no_rounds_no_section() -> None:
     report = three_rounds()
     report.rounds = {}
