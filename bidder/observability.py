@@ -101,6 +101,8 @@ class Metrics:
             "openrtb_no_bids", "OpenRTB no-bids by reason", ["reason"], registry=r
         )
         self.offers = Counter("offers", "Core offers by outcome", ["outcome"], registry=r)
+        # Labelled children by label value, resolved once: `labels()` costs more than `inc()`.
+        self._children: dict[tuple[str, str], Any] = {}
         self.queue_depth = Gauge(
             "record_queue_depth", "Records waiting to reach Postgres", registry=r
         )
@@ -132,6 +134,20 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+
+    def count_offer(self, outcome: str) -> None:
+        """One more Core offer with this outcome (made, no_match, below_min, accepted, ...)."""
+        self._child(self.offers, "offers", outcome).inc()
+
+    def count_no_bid(self, reason: str) -> None:
+        """One more OpenRTB no-bid for this reason."""
+        self._child(self.no_bids, "no_bids", reason).inc()
+
+    def _child(self, counter: Counter, name: str, value: str) -> Any:
+        child = self._children.get((name, value))
+        if child is None:
+            child = self._children[(name, value)] = counter.labels(value)
+        return child
 
 
 def _route_of(scope: Scope) -> str:

@@ -168,9 +168,9 @@ async def _answer(
         raise NotFound(OFFER_NOT_FOUND)
     rt.note_budget(answered.campaign_id, answered.budget)
     if action == "reject":
-        rt.metrics.offers.labels("rejected").inc()
+        rt.metrics.count_offer("rejected")
         return json_body_answer(_rejected_body(reason, answered.billing_code))
-    rt.metrics.offers.labels("accepted").inc()
+    rt.metrics.count_offer("accepted")
     deal_id = answered.deal_id
     body = _accepted_body(deal_id, billing_id, accepted, net, commission, answered.billing_code)
     return json_body_answer(body)

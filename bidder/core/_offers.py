@@ -117,7 +117,7 @@ def _demo_offer(caller: Caller, query: _Query, screen_id: str) -> Answer:
 async def _offer_for(caller: Caller, screen: ScreenInfo | None, query: _Query) -> Answer:
     rt = caller.rt
     if screen is None or screen.publisher_id != caller.publisher_id:
-        rt.metrics.offers.labels("no_match").inc()
+        rt.metrics.count_offer("no_match")
         raise _no_match(NO_MATCHES, 404)
     ttl = rt.settings.offer_ttl_seconds
     with hot_state_errors():
@@ -132,11 +132,11 @@ async def _offer_for(caller: Caller, screen: ScreenInfo | None, query: _Query) -
         )
     if not isinstance(made, MadeOffer):
         if made.reason == "below_minimum":
-            rt.metrics.offers.labels("below_min").inc()
+            rt.metrics.count_offer("below_min")
             raise _no_match(BELOW_MINIMUM, 422)
-        rt.metrics.offers.labels("no_match").inc()
+        rt.metrics.count_offer("no_match")
         raise _no_match(NO_MATCHES, 404)
-    rt.metrics.offers.labels("made").inc()
+    rt.metrics.count_offer("made")
     match = made.match
     offer = Offer(
         offer_id=made.offer_id,
@@ -172,7 +172,7 @@ async def offer_by_external_id(rt: Runtime, call: HttpCall, external_id: str) ->
         raise Forbidden(NOT_ACTIVATED, include_status=True)
     screen = caller.snapshot.screens_by_external_id.get((caller.publisher_id, external_id))
     if screen is None:
-        caller.rt.metrics.offers.labels("no_match").inc()
+        caller.rt.metrics.count_offer("no_match")
         raise NotFound(f"Screen not found for external id {external_id!r}")
     return await _offer_for(caller, screen, query)
 

@@ -43,7 +43,7 @@ async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answ
     body = await call.body(MAX_BID_BYTES)
     snapshot = rt.snapshot
     if snapshot is None:  # starting up: keys and screens are not known yet
-        rt.metrics.no_bids.labels("technical").inc()
+        rt.metrics.count_no_bid("technical")
         return no_bid(settings, request_id_of(body), NBR_TECHNICAL)
     now = utcnow()
     key = authenticate(
@@ -56,15 +56,15 @@ async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answ
     ask = parse_bid_request(body)
     screen = snapshot.screens_by_external_id.get((key.publisher_id, ask.tagid))
     if screen is None:
-        rt.metrics.no_bids.labels("unknown_screen").inc()
+        rt.metrics.count_no_bid("unknown_screen")
         return no_content(settings)
     try:
         made = await _make_bid(rt, snapshot, screen, ask, now)
     except (RedisError, OSError, TimeoutError):
-        rt.metrics.no_bids.labels("technical").inc()
+        rt.metrics.count_no_bid("technical")
         return no_bid(settings, ask.request_id, NBR_TECHNICAL)
     if isinstance(made, NoMatch):
-        rt.metrics.no_bids.labels(made.reason).inc()
+        rt.metrics.count_no_bid(made.reason)
         if made.reason in _NBR_REASONS:
             return no_bid(settings, ask.request_id, NBR_UNKNOWN)
         return no_content(settings)
