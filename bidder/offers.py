@@ -7,9 +7,10 @@ reached since the view was read), the campaign is excluded and the next best is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+
+import msgspec
 
 from bidder.runtime import Runtime
 from matching.engine import Match, NoMatch, VideoSlot, select
@@ -19,8 +20,7 @@ from store.hot import Refused
 _MAX_ATTEMPTS = 4
 
 
-@dataclass(frozen=True, slots=True)
-class MadeOffer:
+class MadeOffer(msgspec.Struct, frozen=True):
     offer_id: str
     match: Match
     expires_at: datetime

@@ -187,28 +187,24 @@ def _load(name: str) -> str:
     return (folder / "_common.lua").read_text() + "\n" + (folder / name).read_text()
 
 
-@dataclass(frozen=True, slots=True)
-class Reserved:
+class Reserved(msgspec.Struct, frozen=True):
     offer_id: str
     budget: Budget
 
 
-@dataclass(frozen=True, slots=True)
-class Refused:
+class Refused(msgspec.Struct, frozen=True):
     reason: str
     budget: Budget | None
 
 
-@dataclass(frozen=True, slots=True)
-class Answered:
+class Answered(msgspec.Struct, frozen=True):
     campaign_id: str
     deal_id: str  # an accept's new deal ("" for a reject)
     billing_code: str | None
     budget: Budget
 
 
-@dataclass(frozen=True, slots=True)
-class NotAnswered:
+class NotAnswered(msgspec.Struct, frozen=True):
     reason: Literal["not_found", "above_bid"]
     detail: str
 
