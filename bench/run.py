@@ -423,9 +423,25 @@ async def _check(seeded: server.Seeded, seen: invariants.Acknowledged) -> list[i
         await client.aclose()
 
 
-def compact(redis_url: str) -> None:
-    """Compact Redis' append-only file before a measuring phase (server.compact_redis)."""
+def quiesce(redis_url: str) -> None:
+    """Before a measuring phase: let the record writer drain what the previous phase queued
+    (accepts and loss notices leave a backlog that would otherwise be written during the next
+    runs), then compact Redis' append-only file (server.compact_redis)."""
     started = time.monotonic()
+
+    async def drain() -> tuple[bool, int, float]:
+        client: Redis = connect(redis_url, timeout=5.0)
+        try:
+            return await invariants.wait_drained(client, 120.0)
+        finally:
+            await client.aclose()
+
+    drained, depth, waited = asyncio.run(drain())
+    if waited >= 0.5 or not drained:
+        log(
+            f"record queue {'drained' if drained else f'NOT drained ({depth:,} left)'} "
+            f"in {waited:.1f} s"
+        )
     if server.compact_redis(redis_url):
         log(f"Redis AOF rewritten before measuring ({time.monotonic() - started:.1f} s)")
 
@@ -469,13 +485,13 @@ def small_variant(
         data = cfg.root / "data-small"
         data.mkdir(parents=True, exist_ok=True)
         runner = Throughput(cfg, worker.base_url, data, outcome)
-        compact(seeded.redis_url)
+        quiesce(seeded.redis_url)
         outcome.peak["bid_small"] = runner.run(
             WrkRun("bid_small", "bid.lua", comparable, cfg.wrk_seconds)
         )
         full = outcome.paced.get("bid_full_paced")
         if full is not None and full.target_rps:
-            compact(seeded.redis_url)
+            quiesce(seeded.redis_url)
             outcome.paced["bid_small_paced"] = runner.paced_run(
                 "bid_small_paced", "bid.lua", comparable, full.target_rps
             )
@@ -507,9 +523,9 @@ def full_inventory(
     try:
         if not cfg.skip_wrk:
             runner = Throughput(cfg, worker.base_url, data, outcome)
-            compact(seeded.redis_url)
+            quiesce(seeded.redis_url)
             runner.peaks(targets)
-            compact(seeded.redis_url)
+            quiesce(seeded.redis_url)
             runner.paced(comparable)
         if not cfg.skip_locust:
             run_locust(cfg, worker.base_url, data, seeded.keys, targets, outcome)
