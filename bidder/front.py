@@ -59,6 +59,12 @@ def _prefix(template: str) -> str:
     return template[: template.index("{")]
 
 
+# Path segments that are static in a longer route at the same place as a parameter: Litestar
+# routes `.../offers/request/external-id` to the static segment (and finds no handler there),
+# not to `{screen_id}`.
+_STATIC_SEGMENTS = frozenset({"external-id"})
+
+
 class Front:
     """ASGI app: the hot routes here, everything else (and lifespan) to `inner`."""
 
@@ -99,6 +105,8 @@ class Front:
                 param = path[len(prefix) :]
                 if candidate.method != method or not param or "/" in param:
                     return None
+                if param in _STATIC_SEGMENTS:  # `.../request/external-id`: Litestar's 404
+                    return None
                 return candidate, param
         return None
 
@@ -115,8 +123,7 @@ class Front:
         try:
             answer = await self._answer(route, HttpCall(scope, receive), param)
             status = answer.status
-            headers = answer.headers
-            headers = [*headers, (b"x-request-id", request_id.encode("latin-1"))]
+            headers = [*answer.headers, (b"x-request-id", request_id.encode("latin-1"))]
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": answer.body, "more_body": False})
         finally:

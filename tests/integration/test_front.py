@@ -261,3 +261,11 @@ async def test_invalid_host_header_is_400(core: Core, raw: _RawCall) -> None:
     path = f"{API}/offers/request/{SCREEN}"
     status, _, _ = await raw("GET", path, _auth(core), events, host=b"bad host/\\")
     assert status == 400
+
+
+async def test_a_static_segment_is_not_a_screen_id(core: Core) -> None:
+    """`.../offers/request/external-id` is the start of the external-id route, which Litestar
+    answers with its own 404; the front must not take it for a screen id."""
+    response = await core.client.get(f"{API}/offers/request/external-id", headers=core.auth)
+    assert response.status_code == 404
+    assert response.json() == {"error": "Not found"}
