@@ -142,7 +142,7 @@ def read_document(path: Path) -> InventoryDocument:
         return msgspec.json.decode(raw, type=InventoryDocument)
     except msgspec.ValidationError as exc:
         raise CommandFailed(f"{path}: invalid inventory document: {exc}") from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise CommandFailed(f"{path}: not valid JSON: {exc}") from None
 
 

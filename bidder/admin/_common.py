@@ -52,7 +52,7 @@ def decode(body: bytes, into: type[T], what: str, *, optional: bool = False) -> 
         return msgspec.json.decode(body, type=into)
     except msgspec.ValidationError as exc:
         raise BadRequest(f"Invalid {what}: {exc}") from None
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # JSON is UTF-8 (RFC 8259, 8.1)
         raise BadRequest(f"Invalid {what}: the body is not valid JSON") from None
 
 

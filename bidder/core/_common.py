@@ -127,7 +127,7 @@ async def read_json_object(call: HttpCall, *, optional: bool = False) -> dict[st
         raise BadRequest("Content-Type must be application/json")
     try:
         decoded = _decoder.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # JSON is UTF-8 (RFC 8259, 8.1)
         raise BadRequest("Request body is not valid JSON") from None
     if not isinstance(decoded, dict):
         raise BadRequest("Request body must be a JSON object")

@@ -164,5 +164,5 @@ def _diagnostic_body(raw: bytes) -> Any:
         return None
     try:
         return _json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # kept as text, whatever it holds
         return raw.decode("utf-8", errors="replace")

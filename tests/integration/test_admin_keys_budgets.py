@@ -271,3 +271,15 @@ async def test_unknown_or_malformed_campaign_ids(
     )
     assert response.status_code == status
     assert isinstance(response.json()["error"], str)
+
+
+async def test_a_body_that_is_not_utf8_is_400(app_client: Client) -> None:
+    """JSON is UTF-8 (RFC 8259, 8.1): a string holding other bytes is malformed JSON, a 400 in
+    the admin API's shape, not a 500."""
+    response = await app_client.post(
+        f"/admin/v1/campaigns/{CAMPAIGN}/budget",
+        headers={**ADMIN, "Content-Type": "application/json"},
+        content=b'{"add_cents": "\xff\xfe"}',
+    )
+    assert response.status_code == 400
+    assert "not valid JSON" in parsed(response.content)["error"]

@@ -269,3 +269,13 @@ async def test_a_static_segment_is_not_a_screen_id(core: Core) -> None:
     response = await core.client.get(f"{API}/offers/request/external-id", headers=core.auth)
     assert response.status_code == 404
     assert response.json() == {"error": "Not found"}
+
+
+async def test_a_core_body_that_is_not_utf8_is_400(core: Core) -> None:
+    response = await core.client.post(
+        f"{API}/offers/response/{SCREEN}",
+        content=b'{"action": "reject", "rejection_reason": "\xff"}',
+        headers={**core.auth, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert response.json() == {"error": "Request body is not valid JSON"}
