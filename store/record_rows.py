@@ -124,7 +124,35 @@ def loose_int(value: object) -> int | None:
 
 
 def _text_or_none(value: object) -> str | None:
-    return None if value is None else str(value)
+    """Client-supplied text as Postgres can store it: a NUL (which `text` and `jsonb` refuse,
+    so the record would be dead-lettered after its request was acknowledged) becomes U+FFFD."""
+    if value is None:
+        return None
+    text = str(value)
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+def _storable_json(value: Any) -> Any:
+    """A client's JSON value with every NUL in its strings (keys too) replaced as above."""
+    if isinstance(value, str):
+        return _text_or_none(value)
+    if isinstance(value, list):
+        return [_storable_json(item) for item in value]
+    if isinstance(value, dict):
+        return {_text_or_none(k): _storable_json(v) for k, v in value.items()}
+    return value
+
+
+#: Largest value of a Postgres `integer` column.
+_INT_MAX = 2**31 - 1
+
+
+def _seconds(duration: Decimal | None) -> int | None:
+    """A playout's duration in whole seconds; None when negative or beyond an `integer`."""
+    if duration is None or duration < 0:
+        return None
+    seconds = int(duration.to_integral_value())
+    return seconds if seconds <= _INT_MAX else None
 
 
 # -- decoding -------------------------------------------------------------------------------
@@ -228,7 +256,7 @@ def _add_playout(rows: Rows, entry: Entry, deal: dict[str, Any], p: dict[str, An
             _need(deal, "deal_id", "o"),
             loose_time(p.get("played_at")) or confirmed,
             confirmed,
-            None if duration is None or duration < 0 else int(duration.to_integral_value()),
+            _seconds(duration),
             None if rate is None or not 0 <= rate <= 100 else rate,
             _text_or_none(p.get("player_version")),
             _text_or_none(p.get("screen_resolution")),
@@ -239,7 +267,7 @@ def _add_playout(rows: Rows, entry: Entry, deal: dict[str, Any], p: dict[str, An
 def _add_loss(
     rows: Rows, entry: Entry, o: dict[str, Any], p: dict[str, Any], x: dict[str, Any]
 ) -> None:
-    body = p.get("body")
+    body = _storable_json(p.get("body"))
     rows.losses.append(
         (
             o["offer_id"],

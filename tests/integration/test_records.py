@@ -5,8 +5,9 @@ failing Postgres are handled without losing or doubling anything."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -15,10 +16,11 @@ import pytest
 from redis.asyncio import Redis
 
 from bidder.observability import Metrics
-from store.hot import QUEUE_GROUP, queue_key, queue_keys
+from matching.money import split_gross
+from store.hot import QUEUE_GROUP, Answered, Reserved, queue_key, queue_keys
 from store.postgres import create_pool
 from store.records import RecordWriter, dead_letter_key, ensure_groups
-from tests.factories import CAMPAIGN, PUB, SCREEN_MOVING
+from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING
 from tests.integration._records_support import (
     Expected,
     assert_balanced,
@@ -259,3 +261,62 @@ def test_fixture_ids_are_what_the_helpers_assume() -> None:
         "00000003-0000-4000-8000-000000000001",
     )
     assert Expected().rows.total() == 0
+
+
+async def test_client_text_postgres_cannot_hold_is_stored_not_dead_lettered(
+    redis_client: Redis, pool: asyncpg.Pool, migrated: str
+) -> None:
+    """Acknowledged requests may carry what Postgres refuses: a NUL in a string (text and
+    jsonb reject it) or a playout duration beyond an integer. Their records must still be
+    written (decisions 7), with the NUL as U+FFFD and the duration as NULL."""
+    hot, camp = await prepare(redis_client, migrated)
+    await ensure_groups(redis_client)
+    now = datetime.now(UTC)
+    later = now + timedelta(minutes=5)
+    core = {"channel": "core", "publisher": PUB, "creative": CREATIVE_VIDEO}
+    rtb = core | {"channel": "openrtb", "auction_id": "a\x00b", "imp_id": "1"}
+    rejected = await hot.reserve(camp, 2_500_000, SCREEN_MOVING, now, later, core)
+    lost = await hot.reserve(camp, 2_500_000, SCREEN_MOVING, now, later, rtb)
+    accepted = await hot.reserve(camp, 2_500_000, SCREEN_MOVING, now, later, core)
+    assert isinstance(rejected, Reserved)
+    assert isinstance(lost, Reserved)
+    assert isinstance(accepted, Reserved)
+    await hot.respond(rejected.offer_id, PUB, "reject", now, {"rejection_reason": "full\x00stop"})
+    loss = {"reason": "102", "aid": "x\x00", "body": {"k\x00": ["v\x00"]}}
+    await hot.loss(lost.offer_id, now, loss)
+    net, commission = split_gross(2_500_000, Decimal("0.1"))
+    billing = {
+        "billing_id": str(uuid.uuid4()),
+        "gross_micros": 2_500_000,
+        "commission_micros": commission,
+        "net_micros": net,
+        "commission_rate": "0.1",
+    }
+    answered = await hot.respond(
+        accepted.offer_id, PUB, "accept", now, billing, accepted_micros=2_500_000
+    )
+    assert isinstance(answered, Answered)
+    playout = {"duration_seconds": 3_000_000_000, "player_version": "v\x001"}
+    await hot.confirm_playout(answered.deal_id, PUB, now, playout)
+    await drain(_writer(redis_client, pool, Metrics()), redis_client)
+
+    assert await redis_client.xlen(dead_letter_key(camp.shard)) == 0
+    async with pool.acquire() as conn:
+        reason = await conn.fetchval(
+            "SELECT reason FROM rejections WHERE offer_id = $1", rejected.offer_id
+        )
+        assert reason == "full\ufffdstop"
+        row = await conn.fetchrow(
+            "SELECT o.auction_id, l.auction_id AS aid, l.body::text AS body "
+            "FROM offers o JOIN loss_notices l USING (offer_id) WHERE offer_id = $1",
+            lost.offer_id,
+        )
+        assert row is not None
+        assert (row["auction_id"], row["aid"]) == ("a\ufffdb", "x\ufffd")
+        assert json.loads(row["body"]) == {"k\ufffd": ["v\ufffd"]}
+        played = await conn.fetchrow(
+            "SELECT duration_seconds, player_version FROM playouts WHERE deal_id = $1",
+            answered.deal_id,
+        )
+        assert played is not None
+        assert (played["duration_seconds"], played["player_version"]) == (None, "v\ufffd1")
