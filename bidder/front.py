@@ -49,20 +49,23 @@ def _label(template: str) -> str:
 
 
 class _Route:
-    __slots__ = ("handler", "label", "method")
+    __slots__ = ("handler", "label", "method", "static_siblings")
 
-    def __init__(self, method: str, label: str, handler: Handler) -> None:
+    def __init__(
+        self,
+        method: str,
+        label: str,
+        handler: Handler,
+        static_siblings: frozenset[str] = frozenset(),
+    ) -> None:
         self.method, self.label, self.handler = method, label, handler
+        # Values of the path parameter that are a static segment of a longer route at the same
+        # place: Litestar routes to that segment (and finds no handler: 404), not to this route.
+        self.static_siblings = static_siblings
 
 
 def _prefix(template: str) -> str:
     return template[: template.index("{")]
-
-
-# Path segments that are static in a longer route at the same place as a parameter: Litestar
-# routes `.../offers/request/external-id` to the static segment (and finds no handler there),
-# not to `{screen_id}`.
-_STATIC_SEGMENTS = frozenset({"external-id"})
 
 
 class Front:
@@ -86,7 +89,12 @@ class Front:
             ),
             (
                 _prefix(OFFER_BY_SCREEN_ID),
-                _Route("GET", _label(OFFER_BY_SCREEN_ID), offer_by_screen_id),
+                _Route(
+                    "GET",
+                    _label(OFFER_BY_SCREEN_ID),
+                    offer_by_screen_id,
+                    frozenset({"external-id"}),
+                ),
             ),
             (_prefix(OFFER_RESPONSE), _Route("POST", _label(OFFER_RESPONSE), answer_offer)),
         ]
@@ -105,7 +113,7 @@ class Front:
                 param = path[len(prefix) :]
                 if candidate.method != method or not param or "/" in param:
                     return None
-                if param in _STATIC_SEGMENTS:  # `.../request/external-id`: Litestar's 404
+                if param in candidate.static_siblings:  # `.../request/external-id`
                     return None
                 return candidate, param
         return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -15,6 +15,7 @@ import pytest
 
 from bidder.settings import Settings
 from matching.snapshot import build_snapshot
+from store.hot import budget_key
 from store.inventory_repo import export_document, load_api_keys
 from tests.conftest import ServerUrls, make_settings
 from tests.factories import CAMPAIGN, SCREEN_MOVING, basic_document, campaign
@@ -154,3 +155,22 @@ async def test_redis_unreachable_is_a_fast_503(servers: ServerUrls, clean: None)
             f"{API}/offers/request/{SCREEN_MOVING}", headers={"Authorization": "Bearer dk_stg_x"}
         )
         assert response.status_code == 503
+
+
+async def test_the_local_budget_view_follows_redis_within_a_second(live: Live) -> None:
+    """The budget loop refreshes every campaign's figures within about a second, one shard per
+    tick; a campaign whose figures left Redis leaves the view too (its stale figures would
+    otherwise keep it out of matching)."""
+    core = await prepare(live)
+    shard = core.rt.snapshot.campaigns[CAMPAIGN].shard  # type: ignore[union-attr]
+    await _until(lambda: CAMPAIGN in core.rt.budgets)
+    assert core.rt.budgets[CAMPAIGN].total == 100_000 * 1_000_000  # the factory's 100,000 cents
+    await core.rt.redis.delete(budget_key(shard))
+    await _until(lambda: CAMPAIGN not in core.rt.budgets)
+
+
+async def _until(condition: Callable[[], bool], within: float = 3.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        await asyncio.sleep(0.05)
