@@ -101,8 +101,11 @@ class PipelinedRedis:
             setup.append(("AUTH", self._username or "default", self._password))
         if self._db:
             setup.append(("SELECT", self._db))
-        for command in setup:
-            await self._send(command)
+        # Queued at once, before anything else can run: a call arriving meanwhile sees the
+        # transport and is queued behind them, so it never runs unauthenticated or on db 0.
+        replies = [self._enqueue(loop, command) for command in setup]
+        for reply in replies:
+            await reply
 
     async def _ensure_connected(self) -> None:
         if self._transport is not None and not self._transport.is_closing():

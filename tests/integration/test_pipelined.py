@@ -74,3 +74,25 @@ async def test_silent_server_times_out_and_next_call_reconnects() -> None:
     await client.aclose()
     server.close()
     await server.wait_closed()
+
+
+async def test_calls_racing_the_connection_run_on_the_selected_database(
+    servers: ServerUrls, redis_client: Redis
+) -> None:
+    """Calls made while the connection is being set up must wait behind its SELECT: none may
+    run on database 0."""
+    base = servers.redis_url.rsplit("/", 1)[0]
+    other = Redis.from_url(f"{base}/7")
+    zero = Redis.from_url(f"{base}/0")
+    await other.flushdb()
+    await zero.delete("race")
+    client = PipelinedRedis(f"{base}/7", timeout=2.0)
+    try:
+        await asyncio.gather(*[client.execute("INCR", "race") for _ in range(200)])
+        assert int(await other.get("race") or 0) == 200
+        assert await zero.get("race") is None
+    finally:
+        await client.aclose()
+        await other.flushdb()
+        await other.aclose()
+        await zero.aclose()
