@@ -11,6 +11,7 @@ limit a 413 before anything is read, a body that grows past the limit a 413).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -45,10 +46,11 @@ _JSON = (b"content-type", b"application/json")
 
 
 def json_answer(
-    body: bytes, status: int = 200, headers: list[tuple[bytes, bytes]] | None = None
+    body: bytes, status: int = 200, headers: Sequence[tuple[bytes, bytes]] = ()
 ) -> Answer:
-    """`body` (JSON bytes) with `headers` first, then content type and length."""
-    encoded = [*(headers or ()), _JSON, (b"content-length", b"%d" % len(body))]
+    """`body` (JSON bytes) with `headers` first, then content type and length (a new list:
+    whoever sends the answer may add to it)."""
+    encoded = [*headers, _JSON, (b"content-length", b"%d" % len(body))]
     return Answer(status, encoded, body)
 
 

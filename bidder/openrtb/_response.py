@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import msgspec
 from litestar import MediaType, Response
 
-from bidder.asgi import Answer
+from bidder.asgi import Answer, encode_headers, json_answer
 from bidder.deprecation import deprecation_headers, deprecation_notice
 from bidder.settings import Settings
 from store.hot import random_uuid
@@ -72,10 +72,7 @@ class _Fixed:
     _last: ClassVar[tuple[Settings, _Fixed] | None] = None
 
     def __init__(self, settings: Settings) -> None:
-        self.headers = tuple(
-            (name.lower().encode("latin-1"), value.encode("latin-1"))
-            for name, value in headers(settings).items()
-        )
+        self.headers = tuple(encode_headers(headers(settings)))
         self.ext = msgspec.Raw(_encoder.encode({"platform": deprecation_notice(settings)}))
 
     @classmethod
@@ -87,13 +84,7 @@ class _Fixed:
 
 
 def _json_answer(settings: Settings, body: bytes) -> Answer:
-    # A new list each time: whoever sends the answer may add to it.
-    encoded = [
-        *_Fixed.of(settings).headers,
-        (b"content-type", b"application/json"),
-        (b"content-length", b"%d" % len(body)),
-    ]
-    return Answer(200, encoded, body)
+    return json_answer(body, 200, _Fixed.of(settings).headers)
 
 
 def bid_response(settings: Settings, request_id: str, bid: Bid) -> Answer:
