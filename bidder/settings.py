@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from typing import Generic, TypeVar
 from urllib.parse import urlsplit
 
 ENVIRONMENTS = ("production", "staging")
@@ -178,3 +179,24 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     if problems:
         raise SettingsError(problems)
     return settings
+
+
+_Derived = TypeVar("_Derived")
+
+
+class PerSettings(Generic[_Derived]):
+    """`build(settings)`, made once and kept beside the Settings it was made from. Settings are
+    frozen and a worker has one, so the last one made is the one asked for again (a test that
+    makes other Settings gets a fresh value, never a stale one: the match is by identity)."""
+
+    __slots__ = ("_build", "_last")
+
+    def __init__(self, build: Callable[[Settings], _Derived]) -> None:
+        self._build = build
+        self._last: tuple[Settings, _Derived] | None = None
+
+    def __call__(self, settings: Settings) -> _Derived:
+        last = self._last
+        if last is None or last[0] is not settings:
+            last = self._last = (settings, self._build(settings))
+        return last[1]

@@ -12,14 +12,15 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 from functools import lru_cache
-from typing import ClassVar
 from xml.sax.saxutils import quoteattr
 
 import msgspec
 
-from bidder.settings import Settings
+from bidder.settings import PerSettings, Settings
 from bidder.signing import SIGNATURE_PARAM, signer, url_value
-from matching.money import plain
+from matching.engine import Match
+from matching.money import micros_to_cents, plain
+from matching.snapshot import ScreenInfo, Snapshot
 
 VAST_NAMESPACE = "http://www.iab.com/VAST"
 AD_SYSTEM = "dooh-bidder"
@@ -64,8 +65,6 @@ class _Signing:
     """What every tracking URL of a process shares: the base URL, the signed path, the signer."""
 
     __slots__ = ("base", "base_text", "path", "signer")
-    # Settings are frozen and a worker has one: its _Signing is kept beside it.
-    _last: ClassVar[tuple[Settings, _Signing] | None] = None
 
     def __init__(self, settings: Settings) -> None:
         self.base = settings.tracking_base_url
@@ -73,12 +72,8 @@ class _Signing:
         self.path = settings.tracking_path
         self.signer = signer(settings.signing_secret)
 
-    @classmethod
-    def of(cls, settings: Settings) -> _Signing:
-        last = cls._last
-        if last is None or last[0] is not settings:
-            last = cls._last = (settings, cls(settings))
-        return last[1]
+
+_signing = PerSettings(_Signing)
 
 
 def _event_parts(event: str) -> tuple[str, bytes]:
@@ -157,7 +152,7 @@ class _TrackingUrls:
         *,
         openrtb: bool,
     ) -> None:
-        shared = _Signing.of(settings)
+        shared = _signing(settings)
         # The decimal text of an int: digits and "-", nothing to quote.
         ts = str(now_ms)
         self._signer = shared.signer
@@ -182,6 +177,46 @@ class _TrackingUrls:
         url = f"{self._start}{quoted}{self._middle}{token}{self._end}"
         _url_texts[url] = f"{self._start_text}{quoted}{self._middle_text}{token}{self._end_text}"
         return url
+
+
+def match_vast(
+    settings: Settings,
+    snapshot: Snapshot,
+    offer_id: str,
+    match: Match,
+    screen: ScreenInfo,
+    *,
+    billing_code: str | None,
+    expires_in_seconds: int,
+    now_ms: int,
+    openrtb: bool,
+) -> str:
+    """The VAST document of an offer (Core `vast=true`) or a bid (OpenRTB `adm`): its campaign,
+    creative and price, with tracking URLs signed for its screen at `now_ms`."""
+    campaign, creative = match.campaign, match.creative
+    advertiser = snapshot.advertisers.get(campaign.advertiser_id)
+    impression, tracking = tracking_urls(
+        settings, offer_id, screen.publisher_id, screen.id, now_ms, openrtb=openrtb
+    )
+    return render_vast(
+        VastAd(
+            offer_id=offer_id,
+            ad_title=campaign.name,
+            advertiser=advertiser.name if advertiser is not None else "",
+            advertiser_domain=advertiser.domain if advertiser is not None else "",
+            asset_url=creative.url,
+            mime_type=creative.mime_type,
+            width=creative.width,
+            height=creative.height,
+            duration_seconds=creative.duration_seconds,
+            bid_price_cents=micros_to_cents(match.price_micros),
+            billing_code=billing_code,
+            expires_in_seconds=expires_in_seconds,
+            creative_id=creative.id,
+            impression_url=impression,
+            tracking=tracking,
+        )
+    )
 
 
 def duration_hms(seconds: int) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from bidder.core import _demo
 from bidder.core._common import Caller
 from bidder.offers import MadeOffer
-from bidder.vast import VastAd, render_vast, tracking_urls
+from bidder.vast import VastAd, match_vast, render_vast, tracking_urls
 from matching.money import micros_to_cents
 from matching.snapshot import ScreenInfo
 from store.hot import epoch_ms
@@ -15,34 +15,16 @@ from store.hot import epoch_ms
 def offer_vast(
     caller: Caller, screen: ScreenInfo, made: MadeOffer, billing_code: str | None, ttl: int
 ) -> str:
-    campaign, creative = made.match.campaign, made.match.creative
-    advertiser = caller.snapshot.advertisers.get(campaign.advertiser_id)
-    impression, tracking = tracking_urls(
+    return match_vast(
         caller.rt.settings,
+        caller.snapshot,
         made.offer_id,
-        screen.publisher_id,
-        screen.id,
-        epoch_ms(caller.now),
+        made.match,
+        screen,
+        billing_code=billing_code,
+        expires_in_seconds=ttl,
+        now_ms=epoch_ms(caller.now),
         openrtb=False,
-    )
-    return render_vast(
-        VastAd(
-            offer_id=made.offer_id,
-            ad_title=campaign.name,
-            advertiser=advertiser.name if advertiser else "",
-            advertiser_domain=advertiser.domain if advertiser else "",
-            asset_url=creative.url,
-            mime_type=creative.mime_type,
-            width=creative.width,
-            height=creative.height,
-            duration_seconds=creative.duration_seconds,
-            bid_price_cents=micros_to_cents(made.match.price_micros),
-            billing_code=billing_code,
-            expires_in_seconds=ttl,
-            creative_id=creative.id,
-            impression_url=impression,
-            tracking=tracking,
-        )
     )
 
 

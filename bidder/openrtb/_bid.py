@@ -26,9 +26,9 @@ from bidder.openrtb._response import (
     no_content,
 )
 from bidder.runtime import Runtime, utcnow
-from bidder.vast import VastAd, render_vast, tracking_urls
+from bidder.vast import match_vast
 from matching.engine import NoMatch, VideoSlot
-from matching.money import micros_to_cents, micros_to_eur, openrtb_min_bid_micros
+from matching.money import micros_to_eur, openrtb_min_bid_micros
 from matching.snapshot import ScreenInfo, Snapshot
 from store.hot import epoch_ms
 
@@ -109,27 +109,16 @@ def _bid(
     advertiser = snapshot.advertisers.get(campaign.advertiser_id)
     domain = advertiser.domain if advertiser is not None else ""
     now_ms = epoch_ms(now)
-    impression, tracking = tracking_urls(
-        settings, offer_id, screen.publisher_id, screen.id, now_ms, openrtb=True
-    )
-    adm = render_vast(
-        VastAd(
-            offer_id=offer_id,
-            ad_title=campaign.name,
-            advertiser=advertiser.name if advertiser is not None else "",
-            advertiser_domain=domain,
-            asset_url=creative.url,
-            mime_type=creative.mime_type,
-            width=creative.width,
-            height=creative.height,
-            duration_seconds=creative.duration_seconds,
-            bid_price_cents=micros_to_cents(made.match.price_micros),
-            billing_code=snapshot.billing_code(campaign.advertiser_id, screen.publisher_id),
-            expires_in_seconds=max(int((made.expires_at - now).total_seconds()), 0),
-            creative_id=creative.id,
-            impression_url=impression,
-            tracking=tracking,
-        )
+    adm = match_vast(
+        settings,
+        snapshot,
+        offer_id,
+        made.match,
+        screen,
+        billing_code=snapshot.billing_code(campaign.advertiser_id, screen.publisher_id),
+        expires_in_seconds=max(int((made.expires_at - now).total_seconds()), 0),
+        now_ms=now_ms,
+        openrtb=True,
     )
     return Bid(
         id=new_uuid(),

@@ -4,14 +4,14 @@ headers every OpenRTB response carries."""
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, ClassVar
+from typing import Any
 
 import msgspec
 from litestar import MediaType, Response
 
 from bidder.asgi import Answer, encode_headers, json_answer
 from bidder.deprecation import deprecation_headers, deprecation_notice
-from bidder.settings import Settings
+from bidder.settings import PerSettings, Settings
 from store.hot import random_uuid
 
 CURRENCY = "EUR"
@@ -68,23 +68,17 @@ class _Fixed:
     the ASGI server takes them (lower-case names, latin-1) and the BidResponse's `ext`."""
 
     __slots__ = ("ext", "headers")
-    # Settings are frozen and a worker has one: its _Fixed is kept beside it.
-    _last: ClassVar[tuple[Settings, _Fixed] | None] = None
 
     def __init__(self, settings: Settings) -> None:
         self.headers = tuple(encode_headers(headers(settings)))
         self.ext = msgspec.Raw(_encoder.encode({"platform": deprecation_notice(settings)}))
 
-    @classmethod
-    def of(cls, settings: Settings) -> _Fixed:
-        last = cls._last
-        if last is None or last[0] is not settings:
-            last = cls._last = (settings, cls(settings))
-        return last[1]
+
+_fixed = PerSettings(_Fixed)
 
 
 def _json_answer(settings: Settings, body: bytes) -> Answer:
-    return json_answer(body, 200, _Fixed.of(settings).headers)
+    return json_answer(body, 200, _fixed(settings).headers)
 
 
 def bid_response(settings: Settings, request_id: str, bid: Bid) -> Answer:
@@ -93,7 +87,7 @@ def bid_response(settings: Settings, request_id: str, bid: Bid) -> Answer:
         seatbid=[SeatBid(bid=[bid])],
         bidid=new_uuid(),
         cur=CURRENCY,
-        ext=_Fixed.of(settings).ext,
+        ext=_fixed(settings).ext,
     )
     return _json_answer(settings, _encoder.encode(body))
 
@@ -106,7 +100,7 @@ def no_bid(settings: Settings, request_id: str, nbr: int) -> Answer:
 
 def no_content(settings: Settings) -> Answer:
     """204: no matching offer, minimum not met, MIME type not allowed; also a stored notice."""
-    return Answer(204, list(_Fixed.of(settings).headers), b"")
+    return Answer(204, list(_fixed(settings).headers), b"")
 
 
 def json_document(settings: Settings, document: dict[str, Any]) -> Response[bytes]:

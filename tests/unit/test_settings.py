@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from bidder.settings import SettingsError, load_settings
+from bidder.settings import PerSettings, Settings, SettingsError, load_settings
 
 VALID = {
     "DATABASE_URL": "postgresql://user@db.internal:5432/bidder",
@@ -125,3 +125,28 @@ def test_accepted_values() -> None:
     assert settings.default_commission_rate == Decimal("0.2")
     assert settings.record_writer is False
     assert settings.log_level == "DEBUG"
+
+
+def test_per_settings_builds_once_per_settings_object() -> None:
+    built: list[str] = []
+
+    def build(settings: Settings) -> str:
+        built.append(settings.signing_secret)
+        return f"derived from {settings.signing_secret}"
+
+    derived = PerSettings(build)
+    first = load_settings({**VALID, "SIGNING_SECRETS": "first-secret-0123456789"})
+    second = load_settings({**VALID, "SIGNING_SECRETS": "second-secret-0123456789"})
+    assert derived(first) == "derived from first-secret-0123456789"
+    assert derived(first) == "derived from first-secret-0123456789"
+    assert built == ["first-secret-0123456789"]
+    assert derived(second) == "derived from second-secret-0123456789"
+    # Matched by identity: equal but distinct Settings are built again, never served stale.
+    assert derived(load_settings({**VALID, "SIGNING_SECRETS": "second-secret-0123456789"})) == (
+        "derived from second-secret-0123456789"
+    )
+    assert built == [
+        "first-secret-0123456789",
+        "second-secret-0123456789",
+        "second-secret-0123456789",
+    ]
