@@ -260,6 +260,36 @@ def _ids(offer_id: str) -> tuple[str, str, str]:
     return f'"{offer_id}"', f'"{offer_id}_creative"', f'"{offer_id}_media"'
 
 
+# What XML Schema validators built on libxml2 refuse in an `xs:anyURI` (reference/README.md):
+# `[` or `]` outside the host, a `%` that does not start an escape, a second `#`.
+_NOT_ANY_URI = re.compile(r"[\[\]]|%(?![0-9A-Fa-f]{2})|#.*#")
+_STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+@lru_cache(maxsize=8192)
+def any_uri(url: str) -> str:
+    """`url` as every validator takes an `xs:anyURI`: after the host, `[` and `]`, a `%` that
+    starts no escape, and each `#` after the first are percent-encoded (the same resource for
+    an HTTP client, which encodes them itself); an empty port is dropped. Other URLs unchanged."""
+    scheme = url.find("://")
+    host_start = scheme + 3 if scheme >= 0 else 0
+    host_end = len(url)
+    for separator in "/?#":
+        found = url.find(separator, host_start)
+        if found >= 0:
+            host_end = min(host_end, found)
+    head, rest = url[:host_end], url[host_end:]
+    if head.endswith(":"):
+        head = head[:-1]
+    if not _NOT_ANY_URI.search(rest):
+        return head + rest
+    fragment = rest.find("#")
+    if fragment >= 0:
+        rest = rest[: fragment + 1] + rest[fragment + 1 :].replace("#", "%23")
+    rest = _STRAY_PERCENT.sub("%25", rest).replace("[", "%5B").replace("]", "%5D")
+    return head + rest
+
+
 def render_vast(ad: VastAd) -> str:
     """The VAST 4.0 document for one ad; every text and attribute value XML-escaped."""
     offer_id, creative_id, media_id = _ids(ad.offer_id)
@@ -283,7 +313,7 @@ def render_vast(ad: VastAd) -> str:
         f"<Duration>{_duration(ad.duration_seconds)}</Duration>"
         f'<MediaFiles><MediaFile id={media_id} delivery="progressive" '
         f'type={_attr(ad.mime_type)} width="{int(ad.width)}" height="{int(ad.height)}" '
-        f'scalable="true" maintainAspectRatio="true">{_text(ad.asset_url)}</MediaFile>'
+        f'scalable="true" maintainAspectRatio="true">{_text(any_uri(ad.asset_url))}</MediaFile>'
         "</MediaFiles></Linear></Creative></Creatives>"
         f"<Expires>{max(int(ad.expires_in_seconds), 0)}</Expires>"
         "</InLine></Ad></VAST>"

@@ -7,25 +7,18 @@ from decimal import Decimal
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-import xmlschema
 
 from bidder.settings import Settings, load_settings
 from bidder.signing import verify
 from bidder.vast import VastAd, duration_hms, render_vast, tracking_urls
-from tests.paths import VAST_4_0_XSD
+from tests.vast_check import assert_valid_vast
 
-XSD = VAST_4_0_XSD
 NS = {"v": "http://www.iab.com/VAST"}
 OFFER = "3f2b8c1e-0000-4000-8000-000000000001"
 PUB = "11111111-1111-4111-8111-111111111111"
 SCR = "22222222-2222-4222-8222-222222222222"
 NOW_MS = 1_700_000_000_000
 EVENTS = ["start", "firstQuartile", "midpoint", "thirdQuartile", "complete"]
-
-
-@pytest.fixture(scope="module")
-def schema() -> xmlschema.XMLSchema:
-    return xmlschema.XMLSchema(str(XSD))
 
 
 @pytest.fixture(scope="module")
@@ -65,27 +58,14 @@ def make_ad(settings: Settings, *, openrtb: bool, **overrides: object) -> VastAd
     return VastAd(**fields)  # type: ignore[arg-type]
 
 
-def without_expires(document: str) -> ET.Element:
-    root = ET.fromstring(document)
-    inline = root.find("v:Ad/v:InLine", NS)
-    assert inline is not None
-    expires = inline.find("v:Expires", NS)
-    assert expires is not None
-    inline.remove(expires)
-    return root
-
-
 @pytest.mark.parametrize("openrtb", [True, False])
-def test_valid_against_vast_4_0_once_expires_is_removed(
-    schema: xmlschema.XMLSchema, settings: Settings, openrtb: bool
-) -> None:
-    document = render_vast(make_ad(settings, openrtb=openrtb))
-    schema.validate(ET.tostring(without_expires(document), encoding="unicode"))
+def test_valid_against_vast_4_0_once_expires_is_removed(settings: Settings, openrtb: bool) -> None:
+    assert_valid_vast(render_vast(make_ad(settings, openrtb=openrtb)))
 
 
-def test_null_billing_code_still_valid(schema: xmlschema.XMLSchema, settings: Settings) -> None:
+def test_null_billing_code_still_valid(settings: Settings) -> None:
     document = render_vast(make_ad(settings, openrtb=False, billing_code=None))
-    schema.validate(ET.tostring(without_expires(document), encoding="unicode"))
+    assert_valid_vast(document)
     code = ET.fromstring(document).find(".//v:Extension/v:BillingCode", NS)
     assert code is not None
     assert not code.text
@@ -211,3 +191,29 @@ def test_a_non_ascii_token_is_refused_not_an_error(settings: Settings) -> None:
     assert not verify(
         settings.signing_secrets, "/functions/v1/track", {**params, "token": "é"}, signed
     )
+
+
+@pytest.mark.parametrize(
+    ("asset_url", "media_file"),
+    [
+        # `[` and `]` after the host, a `%` that starts no escape, a second `#`: libxml2 refuses
+        # each in an xs:anyURI (reference/README.md); percent-encoded, the resource is the same.
+        ("https://cdn.example/x[1].mp4", "https://cdn.example/x%5B1%5D.mp4"),
+        ("https://cdn.example/x%%41.mp4", "https://cdn.example/x%25%41.mp4"),
+        ("https://cdn.example/x.mp4?q=50%", "https://cdn.example/x.mp4?q=50%25"),
+        ("https://cdn.example/x.mp4?a=[1]&b=2", "https://cdn.example/x.mp4?a=%5B1%5D&b=2"),
+        ("https://cdn.example/x.mp4#t=1#2", "https://cdn.example/x.mp4#t=1%232"),
+        ("https://cdn.example:/x.mp4", "https://cdn.example/x.mp4"),
+        # Already valid: left exactly as imported (an IPv6 host keeps its brackets).
+        ("https://[2001:db8::1]/x.mp4", "https://[2001:db8::1]/x.mp4"),
+        ("https://cdn.example/x%20y.mp4?a=1&b=%7E", "https://cdn.example/x%20y.mp4?a=1&b=%7E"),
+        ("https://cdn.example/été 1.mp4", "https://cdn.example/été 1.mp4"),
+    ],
+)
+def test_the_media_file_is_an_any_uri_every_validator_takes(
+    settings: Settings, asset_url: str, media_file: str
+) -> None:
+    root = assert_valid_vast(render_vast(make_ad(settings, openrtb=True, asset_url=asset_url)))
+    element = root.find(".//v:MediaFile", NS)
+    assert element is not None
+    assert (element.text or "").strip() == media_file
