@@ -6,8 +6,9 @@ The same Structs are the wire format of `PUT /admin/v1/inventory`, the file form
 
 from __future__ import annotations
 
+import re
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Literal
 from urllib.parse import urlsplit
@@ -147,6 +148,39 @@ class Problem(msgspec.Struct, kw_only=True):
     message: str
 
 
+#: Postgres `integer` columns (pixels, caps) hold at most this.
+_INT4_MAX = 2**31 - 1
+#: Widths and heights in pixels: positive, and what an `integer` column holds.
+MAX_PIXELS = _INT4_MAX
+_PIXELS = f"width and height must be positive pixels, at most {MAX_PIXELS}"
+#: A screen's audience per play is stored as NUMERIC(14, 4): below 10 billion, 4 decimals.
+MAX_AUDIENCE_PER_PLAY = Decimal(10) ** 10
+
+#: The longest creative a VAST `Duration` (an `xs:time`, HH:MM:SS under 24 hours) can carry.
+MAX_DURATION_SECONDS = 86_399
+
+# Characters XML 1.0 cannot carry (its `Char` production): C0 controls other than tab, line
+# feed and carriage return, surrogates, U+FFFE and U+FFFF. Inventory text reaches VAST
+# documents, so it may hold none of them.
+_NOT_XML_CHAR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _check_text(check: _Checker, kind: str, items: list[msgspec.Struct]) -> None:
+    """Every text field of every item, for characters no XML document can hold."""
+    for index, item in enumerate(items):
+        for field in item.__struct_fields__:
+            value = getattr(item, field)
+            if isinstance(value, str) and _NOT_XML_CHAR.search(value):
+                check.add(
+                    kind,
+                    index,
+                    getattr(item, "id", None),
+                    field,
+                    "must not hold control characters (tab, line feed and carriage return "
+                    "excepted), U+FFFE, U+FFFF or unpaired surrogates",
+                )
+
+
 def _is_uuid(value: str) -> bool:
     try:
         uuid.UUID(value)
@@ -175,6 +209,21 @@ def _check_ids(check: _Checker, kind: str, ids: list[str]) -> None:
         seen.add(item_id)
 
 
+def _in_utc_range(moment: datetime) -> bool:
+    """Whether an aware datetime stays within datetime's years (1 to 9999) once in UTC."""
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True
+
+
+def _has_places(value: Decimal, places: int) -> bool:
+    """Whether a finite `value` has at most `places` decimal places (no rounding involved)."""
+    exponent = value.normalize().as_tuple().exponent
+    return isinstance(exponent, int) and exponent >= -places
+
+
 def _check_money(
     check: _Checker,
     kind: str,
@@ -195,10 +244,11 @@ def _check_money(
             field,
             "must be a positive amount" if positive else "must be zero or more",
         )
-    elif value != value.quantize(Decimal("0.000001")):
-        check.add(kind, index, item_id, field, "has more than 6 decimal places of a cent")
+    # Bounded before quantize, which refuses (InvalidOperation) a number past its precision.
     elif value > MAX_AMOUNT_CENTS:
         check.add(kind, index, item_id, field, f"must be at most {MAX_AMOUNT_CENTS} cents")
+    elif not _has_places(value, 6):
+        check.add(kind, index, item_id, field, "has more than 6 decimal places of a cent")
 
 
 def validate_document(
@@ -220,6 +270,9 @@ def validate_document(
             check.add("publishers", i, pub.id, "name", "must not be empty")
         if not (Decimal(0) <= pub.commission_rate <= Decimal(1)):
             check.add("publishers", i, pub.id, "commission_rate", "must be between 0 and 1")
+        elif not _has_places(pub.commission_rate, 6):
+            # Stored as NUMERIC(7, 6): refused rather than rounded without a word.
+            check.add("publishers", i, pub.id, "commission_rate", "has more than 6 decimal places")
 
     _check_ids(check, "advertisers", [a.id for a in doc.advertisers])
     for i, adv in enumerate(doc.advertisers):
@@ -228,8 +281,20 @@ def validate_document(
         if not adv.domain.strip() or " " in adv.domain or "/" in adv.domain:
             check.add("advertisers", i, adv.id, "domain", "must be a domain such as brand.example")
 
+    _validate_billing_codes(check, doc.billing_codes, advertisers, publishers)
+    _validate_screens(check, doc.screens, publishers)
+    _validate_campaigns(check, doc.campaigns, advertisers)
+    _validate_creatives(check, doc.creatives, campaigns)
+    for kind in ("publishers", "advertisers", "billing_codes", "screens", "campaigns", "creatives"):
+        _check_text(check, kind, getattr(doc, kind))
+    return check.problems
+
+
+def _validate_billing_codes(
+    check: _Checker, codes: list[BillingCode], advertisers: set[str], publishers: set[str]
+) -> None:
     pairs: set[tuple[str, str]] = set()
-    for i, code in enumerate(doc.billing_codes):
+    for i, code in enumerate(codes):
         if code.advertiser_id not in advertisers:
             check.add("billing_codes", i, None, "advertiser_id", "names no known advertiser")
         if code.publisher_id not in publishers:
@@ -246,11 +311,6 @@ def validate_document(
         if not code.code.strip():
             check.add("billing_codes", i, None, "code", "must not be empty")
 
-    _validate_screens(check, doc.screens, publishers)
-    _validate_campaigns(check, doc.campaigns, advertisers)
-    _validate_creatives(check, doc.creatives, campaigns)
-    return check.problems
-
 
 def _validate_screens(check: _Checker, screens: list[Screen], publishers: set[str]) -> None:
     _check_ids(check, "screens", [s.id for s in screens])
@@ -258,10 +318,20 @@ def _validate_screens(check: _Checker, screens: list[Screen], publishers: set[st
     for i, scr in enumerate(screens):
         if scr.publisher_id not in publishers:
             check.add("screens", i, scr.id, "publisher_id", "names no known publisher")
-        if scr.width <= 0 or scr.height <= 0:
-            check.add("screens", i, scr.id, "width", "width and height must be positive pixels")
-        if not scr.audience_per_play.is_finite() or scr.audience_per_play <= 0:
-            check.add("screens", i, scr.id, "audience_per_play", "must be greater than 0")
+        if not (0 < scr.width <= MAX_PIXELS and 0 < scr.height <= MAX_PIXELS):
+            check.add("screens", i, scr.id, "width", _PIXELS)
+        audience = scr.audience_per_play
+        if not audience.is_finite() or not 0 < audience < MAX_AUDIENCE_PER_PLAY:
+            check.add(
+                "screens",
+                i,
+                scr.id,
+                "audience_per_play",
+                f"must be greater than 0 and below {MAX_AUDIENCE_PER_PLAY}",
+            )
+        elif not _has_places(audience, 4):
+            # Stored as NUMERIC(14, 4), and it sets the price: refused rather than rounded.
+            check.add("screens", i, scr.id, "audience_per_play", "has more than 4 decimal places")
         if scr.external_id is not None:
             if not scr.external_id.strip():
                 check.add("screens", i, scr.id, "external_id", "must not be empty when given")
@@ -296,6 +366,8 @@ def _validate_campaigns(check: _Checker, campaigns: list[Campaign], advertisers:
         for name, stamp in (("start_at", cmp.start_at), ("end_at", cmp.end_at)):
             if stamp is not None and stamp.tzinfo is None:
                 check.add("campaigns", i, cmp.id, name, "must carry a time zone (e.g. Z)")
+            elif stamp is not None and not _in_utc_range(stamp):
+                check.add("campaigns", i, cmp.id, name, "must fall in the years 1 to 9999 in UTC")
         if (
             cmp.start_at
             and cmp.end_at
@@ -305,8 +377,14 @@ def _validate_campaigns(check: _Checker, campaigns: list[Campaign], advertisers:
         ):
             check.add("campaigns", i, cmp.id, "end_at", "must be after start_at")
         cap = cmp.max_plays_per_screen_per_hour
-        if cap is not None and cap <= 0:
-            check.add("campaigns", i, cmp.id, "max_plays_per_screen_per_hour", "must be positive")
+        if cap is not None and not 0 < cap <= _INT4_MAX:
+            check.add(
+                "campaigns",
+                i,
+                cmp.id,
+                "max_plays_per_screen_per_hour",
+                f"must be from 1 to {_INT4_MAX}",
+            )
         for d, part in enumerate(cmp.targeting.dayparts or []):
             field = f"targeting.dayparts[{d}]"
             if not part.days or any(day < 0 or day > 6 for day in part.days):
@@ -331,10 +409,16 @@ def _validate_creatives(check: _Checker, creatives: list[Creative], campaigns: s
                 "url",
                 "has an unknown file extension; known: " + ", ".join(sorted(MIME_BY_EXTENSION)),
             )
-        if cre.width <= 0 or cre.height <= 0:
-            check.add("creatives", i, cre.id, "width", "width and height must be positive pixels")
-        if cre.duration_seconds <= 0:
-            check.add("creatives", i, cre.id, "duration_seconds", "must be positive")
+        if not (0 < cre.width <= MAX_PIXELS and 0 < cre.height <= MAX_PIXELS):
+            check.add("creatives", i, cre.id, "width", _PIXELS)
+        if not 0 < cre.duration_seconds <= MAX_DURATION_SECONDS:
+            check.add(
+                "creatives",
+                i,
+                cre.id,
+                "duration_seconds",
+                f"must be from 1 to {MAX_DURATION_SECONDS} (under 24 hours)",
+            )
         mime = mime_type_for(cre.url) or ""
         if cre.kind == "video" and not mime.startswith("video/"):
             check.add("creatives", i, cre.id, "kind", "a video needs a video file (mp4, webm, mov)")

@@ -183,13 +183,29 @@ async def import_document(
         raise InventoryRejected(problems)
 
     counts: dict[str, int] = {}
-    async with conn.transaction():
-        for kind in _ORDER:
-            items: Sequence[Any] = getattr(doc, kind)
-            counts[kind] = len(items)
-            if items:
-                await _upsert(conn, kind, items, progress)
-        await bump_version(conn)
+    kind = ""
+    try:
+        async with conn.transaction():
+            for kind in _ORDER:
+                items: Sequence[Any] = getattr(doc, kind)
+                counts[kind] = len(items)
+                if items:
+                    await _upsert(conn, kind, items, progress)
+            await bump_version(conn)
+    except (asyncpg.DataError, OverflowError) as exc:
+        # A value the rules above let through but a column cannot hold: the transaction is
+        # rolled back, and the document is refused like any other (never a 500).
+        raise InventoryRejected(
+            [
+                Problem(
+                    list=kind,
+                    index=0,
+                    id=None,
+                    field="",
+                    message=f"a value is outside what the database stores: {exc}",
+                )
+            ]
+        ) from None
     return counts
 
 

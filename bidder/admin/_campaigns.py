@@ -60,10 +60,11 @@ async def _campaign_with_budget(request: Request[Any, Any, Any], campaign: Campa
 def _check_add(add: Decimal, current: Decimal) -> None:
     if not add.is_finite() or add <= 0:
         raise BadRequest("add_cents must be a positive amount of cents")
-    if add != add.quantize(CENT_PLACES):
-        raise BadRequest("add_cents has more than 6 decimal places of a cent")
+    # Bounded before quantize, which refuses (InvalidOperation) a number past its precision.
     if current + add > MAX_AMOUNT_CENTS:
         raise BadRequest(f"the total budget would exceed {MAX_AMOUNT_CENTS} cents")
+    if add != add.quantize(CENT_PLACES):
+        raise BadRequest("add_cents has more than 6 decimal places of a cent")
 
 
 @get("/campaigns/{campaign_id:str}")

@@ -3,7 +3,7 @@ version, so every worker's key cache follows within one reload."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -41,6 +41,10 @@ def check_expiry(expires_at: datetime | None, now: datetime) -> None:
         return
     if expires_at.tzinfo is None:
         raise BadRequest("expires_at must carry a time zone, e.g. 2027-01-01T00:00:00Z")
+    try:
+        expires_at.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-12:00: past the year 9999 in UTC
+        raise BadRequest("expires_at must fall within the years 1 to 9999 in UTC") from None
     if expires_at <= now:
         raise BadRequest("expires_at must be in the future")
 

@@ -283,3 +283,34 @@ async def test_a_large_document_is_accepted(app_client: Client) -> None:
     response = await put_doc(app_client, body)
     assert response.status_code == 200, response.text
     assert response.json()["counts"]["screens"] == 12_000
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "raw"),
+    [
+        # Each was a 500 (Decimal, asyncpg or datetime overflowing), the document half-checked.
+        ("campaigns", "cpm_cents", "1e400"),
+        ("campaigns", "daily_budget_cents", "1e400"),
+        ("screens", "audience_per_play", "1e400"),
+        ("screens", "width", str(2**70)),
+        ("campaigns", "max_plays_per_screen_per_hour", str(2**70)),
+        ("campaigns", "start_at", '"9999-12-31T23:59:59-12:00"'),
+        ("campaigns", "end_at", '"0001-01-01T00:00:00+14:00"'),
+        # Would be stored rounded: refused instead (the audience sets the price).
+        ("screens", "audience_per_play", "3.33333"),
+        ("publishers", "commission_rate", "0.1234567"),
+        # No XML can carry it, and it would reach the VAST.
+        ("campaigns", "name", '"Summer \\u0001 sale"'),
+        ("creatives", "url", '"https://cdn.example/a\\u0002.mp4"'),
+    ],
+)
+async def test_values_no_column_or_document_can_hold_are_problems_not_500(
+    app_client: Client, kind: str, field: str, raw: str
+) -> None:
+    doc = full_document()
+    doc[kind][0][field] = "@@raw@@"
+    body = json.dumps(doc).replace('"@@raw@@"', raw).encode()
+    response = await put_doc(app_client, body)
+    assert response.status_code == 400, response.text
+    problems = response.json()["problems"]
+    assert {(p["list"], p["index"], p["field"]) for p in problems} >= {(kind, 0, field)}

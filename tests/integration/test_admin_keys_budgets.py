@@ -141,6 +141,18 @@ async def test_an_expired_key_does_not_work(app_client: Client) -> None:
         (f"/admin/v1/publishers/{PUB}/api-keys", b'{"expires_at": "2099-01-01T00:00:00"}', 400),
         (f"/admin/v1/publishers/{PUB}/api-keys", b'{"expires": "2099-01-01T00:00:00Z"}', 400),
         (f"/admin/v1/publishers/{PUB}/api-keys", b'"2099-01-01T00:00:00Z"', 400),
+        # ISO 8601, but past the year 9999 once in UTC (a 500 before: Postgres refused it)
+        (
+            f"/admin/v1/publishers/{PUB}/api-keys",
+            b'{"expires_at": "9999-12-31T23:59:59-12:00"}',
+            400,
+        ),
+        (
+            f"/admin/v1/publishers/{PUB}/api-keys",
+            b'{"expires_at": "0001-01-01T00:00:00+14:00"}',
+            400,
+        ),
+        (f"/admin/v1/publishers/{PUB}/api-keys", b'{"x": ' + b"[" * 1200 + b"]" * 1200 + b"}", 400),
     ],
 )
 async def test_key_creation_refusals(
@@ -235,6 +247,8 @@ async def test_a_top_up_raises_the_total_at_once_and_in_postgres(
         b'{"add_cents": true}',
         b'{"add_cents": 0.0000001}',
         b'{"add_cents": 9000000001}',
+        b'{"add_cents": 1e400}',  # past Decimal's precision: a 500 before
+        b'{"add_cents": ' + b"[" * 1200 + b"]" * 1200 + b"}",
         b'{"add": 5}',
         b"{}",
         b"",

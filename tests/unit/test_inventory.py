@@ -23,6 +23,7 @@ from tests.factories import (
     ADV,
     CAMPAIGN,
     PUB,
+    PUB_OTHER,
     advertiser,
     basic_document,
     campaign,
@@ -324,7 +325,129 @@ CASES: list[tuple[str, Callable[[], InventoryDocument], set[Where]]] = [
         ),
         {("creatives", 0, "kind")},
     ),
+    (
+        "creative a day long: no VAST Duration (HH:MM:SS, an xs:time) can say it",
+        lambda: basic_document(creatives=[creative(duration_seconds=86_400)]),
+        {("creatives", 0, "duration_seconds")},
+    ),
+    # values the columns cannot hold, or would round without a word (never a 500, never a
+    # silently different price)
+    (
+        "campaign CPM of 1e400 cents",
+        lambda: basic_document(campaigns=[campaign(cpm_cents=Decimal("1e400"))]),
+        {("campaigns", 0, "cpm_cents")},
+    ),
+    (
+        "daily budget of 1e400 cents",
+        lambda: basic_document(campaigns=[campaign(daily_budget_cents=Decimal("1e400"))]),
+        {("campaigns", 0, "daily_budget_cents")},
+    ),
+    (
+        "audience of 1e400",
+        lambda: basic_document(screens=[screen(audience_per_play=Decimal("1e400"))]),
+        {("screens", 0, "audience_per_play")},
+    ),
+    (
+        "audience of 10 billion (NUMERIC(14, 4) holds less)",
+        lambda: basic_document(screens=[screen(audience_per_play=Decimal("1e10"))]),
+        {("screens", 0, "audience_per_play")},
+    ),
+    (
+        "audience with 5 decimals (it sets the price: refused, not rounded)",
+        lambda: basic_document(screens=[screen(audience_per_play=Decimal("3.33333"))]),
+        {("screens", 0, "audience_per_play")},
+    ),
+    (
+        "commission rate with 7 decimals",
+        lambda: basic_document(
+            publishers=[
+                publisher(commission_rate=Decimal("0.1234567")),
+                publisher(id=PUB_OTHER, name="Other Screens"),
+            ]
+        ),
+        {("publishers", 0, "commission_rate")},
+    ),
+    (
+        "screen width of 2**70 pixels",
+        lambda: basic_document(screens=[screen(width=2**70)]),
+        {("screens", 0, "width")},
+    ),
+    (
+        "creative height of 2**31 pixels",
+        lambda: basic_document(creatives=[creative(height=2**31)]),
+        {("creatives", 0, "width")},
+    ),
+    (
+        "plays cap of 2**70",
+        lambda: basic_document(campaigns=[campaign(max_plays_per_screen_per_hour=2**70)]),
+        {("campaigns", 0, "max_plays_per_screen_per_hour")},
+    ),
+    (
+        "start past the year 9999 once in UTC",
+        lambda: basic_document(
+            campaigns=[campaign(start_at=datetime.fromisoformat("9999-12-31T23:59:59-12:00"))]
+        ),
+        {("campaigns", 0, "start_at")},
+    ),
+    (
+        "end before the year 1 once in UTC",
+        lambda: basic_document(
+            campaigns=[campaign(end_at=datetime.fromisoformat("0001-01-01T00:00:00+14:00"))]
+        ),
+        {("campaigns", 0, "end_at")},
+    ),
+    # text that no XML document can carry (it reaches the VAST): XML 1.0's Char production
+    (
+        "control character in a campaign name",
+        lambda: basic_document(campaigns=[campaign(name="Summer \x01 sale")]),
+        {("campaigns", 0, "name")},
+    ),
+    (
+        "U+FFFE in an advertiser name, NUL in its domain",
+        lambda: basic_document(
+            advertisers=[advertiser(name="Fizzy\ufffe", domain="a\x00.example")]
+        ),
+        {("advertisers", 0, "name"), ("advertisers", 0, "domain")},
+    ),
+    (
+        "control character in a billing code",
+        lambda: basic_document(
+            billing_codes=[BillingCode(advertiser_id=ADV, publisher_id=PUB, code="BC\x03")]
+        ),
+        {("billing_codes", 0, "code")},
+    ),
+    (
+        "control character in an asset URL",
+        lambda: basic_document(creatives=[creative(url="https://cdn.example/a\x1fb.mp4")]),
+        {("creatives", 0, "url")},
+    ),
+    (
+        "control character in a screen name",
+        lambda: basic_document(screens=[screen(name="Lobby\x0b")]),
+        {("screens", 0, "name")},
+    ),
 ]
+
+
+def test_tab_line_feed_and_carriage_return_are_text_xml_carries() -> None:
+    doc = basic_document(campaigns=[campaign(name="Summer\tsale\r\nsecond line")])
+    assert validate_document(doc) == []
+
+
+def test_the_largest_values_the_columns_hold_are_valid() -> None:
+    doc = basic_document(
+        screens=[screen(audience_per_play=Decimal("9999999999.9999"), width=2**31 - 1)],
+        publishers=[
+            publisher(commission_rate=Decimal("0.123456")),
+            publisher(id=PUB_OTHER, name="Other Screens"),
+        ],
+        campaigns=[campaign(max_plays_per_screen_per_hour=2**31 - 1)],
+    )
+    assert validate_document(doc) == []
+
+
+def test_a_creative_just_under_a_day_is_valid() -> None:
+    assert validate_document(basic_document(creatives=[creative(duration_seconds=86_399)])) == []
 
 
 @pytest.mark.parametrize(("rule", "make", "expected"), CASES, ids=[c[0] for c in CASES])
