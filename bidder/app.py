@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import msgspec
-from litestar import Litestar, MediaType, Request, Response, get
+from litestar import Litestar, MediaType, Request, Response, get, head
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -40,6 +40,12 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
+@head("/healthz", sync_to_thread=False)
+def healthz_head() -> None:
+    """HEAD /healthz: the same 200 without a body (load balancers and uptime checks often
+    probe with HEAD; RFC 9110 9.1)."""
+
+
 @get("/metrics", sync_to_thread=False)
 def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
     metrics: Metrics = request.app.state.metrics
@@ -64,6 +70,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
     app = Litestar(
         route_handlers=[
             healthz,
+            healthz_head,
             metrics_endpoint,
             *health.routes,
             *core_routes.routes,

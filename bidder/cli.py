@@ -27,6 +27,7 @@ from granian.log import LogLevels
 
 from bidder import cli_records
 from bidder.admin import UnknownPublisher, issue_key
+from bidder.errors import UNREADABLE_JSON
 from bidder.runtime import utcnow
 from bidder.settings import Settings, SettingsError, load_settings
 from matching.inventory import InventoryDocument, Problem
@@ -142,7 +143,7 @@ def read_document(path: Path) -> InventoryDocument:
         return msgspec.json.decode(raw, type=InventoryDocument)
     except msgspec.ValidationError as exc:
         raise CommandFailed(f"{path}: invalid inventory document: {exc}") from None
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+    except UNREADABLE_JSON as exc:
         raise CommandFailed(f"{path}: not valid JSON: {exc}") from None
 
 

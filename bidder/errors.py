@@ -9,6 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+#: What decoding a body the JSON decoder cannot read raises: malformed JSON (msgspec's
+#: DecodeError, its ValidationError included), text that is not UTF-8 (JSON is UTF-8, RFC 8259
+#: 8.1), or nesting deeper than the decoder's recursion limit (about 1,000 levels, less when
+#: the call stack is already deep): RecursionError. Each is the client's bad input, never a 500.
+UNREADABLE_JSON: tuple[type[Exception], ...] = (
+    msgspec.DecodeError,
+    UnicodeDecodeError,
+    RecursionError,
+)
+
 
 class ServiceError(Exception):
     """An answer other than success, with its HTTP status and a stable code."""

@@ -22,9 +22,9 @@ from collections.abc import Awaitable, Callable
 
 from litestar._asgi.utils import is_valid_host
 from litestar.enums import ScopeType
-from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from bidder.asgi import Answer, HttpCall
+from bidder.asgi import Answer, HttpCall, encode_headers
 from bidder.core._answers import OFFER_RESPONSE, answer_offer
 from bidder.core._offers import (
     OFFER_BY_EXTERNAL_ID,
@@ -32,7 +32,7 @@ from bidder.core._offers import (
     offer_by_external_id,
     offer_by_screen_id,
 )
-from bidder.deprecation import OPENRTB_PREFIX
+from bidder.deprecation import OPENRTB_PREFIX, deprecation_headers
 from bidder.errors import ServiceError
 from bidder.observability import RequestObserver
 from bidder.openrtb._bid import handle_bid
@@ -73,6 +73,7 @@ class Front:
 
     def __init__(self, inner: ASGIApp, rt: Runtime, observer: RequestObserver) -> None:
         self.inner, self.rt, self.observer = inner, rt, observer
+        self.deprecation_headers = tuple(encode_headers(deprecation_headers(rt.settings)))
         bid = _Route("POST", f"{OPENRTB_PREFIX}/bid", handle_bid)
         # Litestar normalises the alias `.../openrtb-2-6/` to the prefix without the slash.
         alias = _Route("POST", OPENRTB_PREFIX, handle_bid)
@@ -121,6 +122,8 @@ class Front:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = self.route(scope)
         if found is None or not _host_ok(scope):
+            if scope.get("method") == "OPTIONS" and scope["path"].startswith(OPENRTB_PREFIX):
+                send = self._deprecated(send)
             await self.inner(scope, receive, send)
             return
         route, param = found
@@ -137,6 +140,18 @@ class Front:
         finally:
             elapsed = time.perf_counter() - start
             observer.end(token, route.label, route.method, status, elapsed)
+
+    def _deprecated(self, send: Send) -> Send:
+        """`send` adding the deprecation headers to Litestar's automatic OPTIONS answer on the
+        OpenRTB paths: the contract wants them on every response of that interface."""
+        extra = self.deprecation_headers
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        return sending
 
     async def _answer(self, route: _Route, call: HttpCall, param: str) -> Answer:
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from litestar import MediaType, Request, Response, get
+from litestar import MediaType, Request, Response, get, head
 
 from bidder.web import runtime_of
 from store.records import queue_stats
@@ -20,6 +20,18 @@ _CHECK_TIMEOUT = 0.5
 
 @get("/readyz", media_type=MediaType.JSON)
 async def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+    body, ready = await _readiness(request)
+    return Response(body, status_code=200 if ready else 503)
+
+
+@head("/readyz")
+async def readyz_head(request: Request[Any, Any, Any]) -> Response[None]:
+    """HEAD /readyz: the same checks and status, without a body."""
+    _, ready = await _readiness(request)
+    return Response(None, status_code=200 if ready else 503)
+
+
+async def _readiness(request: Request[Any, Any, Any]) -> tuple[dict[str, Any], bool]:
     rt = runtime_of(request)
     body: dict[str, Any] = {}
     try:
@@ -53,7 +65,7 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     )
     ready = body["redis"] == "ok" and snapshot is not None
     body["status"] = "ready" if ready else "not ready"
-    return Response(body, status_code=200 if ready else 503)
+    return body, ready
 
 
-routes = [readyz]
+routes = [readyz, readyz_head]

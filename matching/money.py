@@ -111,10 +111,23 @@ def split_gross(gross_micros: int, rate: Decimal) -> tuple[int, int]:
     return gross_micros - commission, commission
 
 
+#: A minimum bid above any price a campaign can pay (EUR 10 billion) is capped here, as the Core
+#: API caps `min_bid_cents`: it is never met either way, and the arithmetic stays short (a
+#: bidfloor of 1e999999 would otherwise take the worker tens of seconds to turn into an int).
+MAX_MIN_BID_CENTS = 10**12
+
+
 def openrtb_min_bid_micros(bidfloor_cpm_eur: Decimal, audience: Decimal) -> int:
-    """OpenRTB minimum bid: bidfloor (EUR CPM) x audience / 10 cents, rounded UP to a whole cent."""
+    """OpenRTB minimum bid: bidfloor (EUR CPM) x audience / 10 cents, rounded UP to a whole cent,
+    at most MAX_MIN_BID_CENTS."""
+    if bidfloor_cpm_eur.is_zero():
+        return 0
+    # adjusted(): the exponent of the leading digit. Above 10**15 the product, over 10, is past
+    # the cap whatever its digits; below it the Decimal arithmetic is a few digits long.
+    if bidfloor_cpm_eur.adjusted() + audience.adjusted() > 15:
+        return MAX_MIN_BID_CENTS * MICROS_PER_CENT
     cents = (bidfloor_cpm_eur * audience / Decimal(10)).to_integral_value(rounding=ROUND_CEILING)
-    return int(cents) * MICROS_PER_CENT
+    return min(int(cents), MAX_MIN_BID_CENTS) * MICROS_PER_CENT
 
 
 def micros_to_eur(micros: int) -> Decimal:

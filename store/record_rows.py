@@ -163,7 +163,7 @@ def _object(raw: str | None, name: str) -> dict[str, Any]:
         raise RecordError(f"field {name!r} missing")
     try:
         value = _json.decode(raw)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise RecordError(f"field {name!r} is not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise RecordError(f"field {name!r} is not a JSON object")

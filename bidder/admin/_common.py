@@ -11,7 +11,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from bidder.auth import admin_token_ok
-from bidder.errors import BadRequest, Unauthorized
+from bidder.errors import UNREADABLE_JSON, BadRequest, Unauthorized
 from matching.inventory import Problem
 
 ADMIN_PREFIX = "/admin/v1"
@@ -52,7 +52,7 @@ def decode(body: bytes, into: type[T], what: str, *, optional: bool = False) -> 
         return msgspec.json.decode(body, type=into)
     except msgspec.ValidationError as exc:
         raise BadRequest(f"Invalid {what}: {exc}") from None
-    except (msgspec.DecodeError, UnicodeDecodeError):  # JSON is UTF-8 (RFC 8259, 8.1)
+    except UNREADABLE_JSON:
         raise BadRequest(f"Invalid {what}: the body is not valid JSON") from None
 
 

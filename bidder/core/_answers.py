@@ -109,7 +109,8 @@ def _rejected_body(reason: str | None, billing_code: str | None) -> dict[str, An
         "success": True,
         "action": "rejected",
         "message": "Offer rejected and removed",
-        "rejection_reason": reason,
+        # The contract types the echo as a string: "" when no reason was given.
+        "rejection_reason": reason if reason is not None else "",
         "billing_code": billing_code,
     }
 

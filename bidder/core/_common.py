@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 
 from bidder.asgi import Answer, HttpCall, json_answer
 from bidder.auth import authenticate
-from bidder.errors import BadRequest, Unavailable
+from bidder.errors import UNREADABLE_JSON, BadRequest, Unavailable
 from bidder.runtime import Runtime, utcnow
 from bidder.web import call_of, runtime_of
 from matching.snapshot import ApiKeyInfo, Snapshot
@@ -127,7 +127,7 @@ async def read_json_object(call: HttpCall, *, optional: bool = False) -> dict[st
         raise BadRequest("Content-Type must be application/json")
     try:
         decoded = _decoder.decode(body)
-    except (msgspec.DecodeError, UnicodeDecodeError):  # JSON is UTF-8 (RFC 8259, 8.1)
+    except UNREADABLE_JSON:
         raise BadRequest("Request body is not valid JSON") from None
     if not isinstance(decoded, dict):
         raise BadRequest("Request body must be a JSON object")

@@ -98,7 +98,7 @@ def _no_match(message: str, status: int) -> NotFound | Unprocessable:
     return NotFound(message, include_status=True)
 
 
-def _demo_offer(caller: Caller, query: _Query, screen_id: str) -> Answer:
+def _demo_offer(caller: Caller, query: _Query) -> Answer:
     """The fixed demo offer; it honours min_bid_cents so a player can rehearse a 422 too."""
     if query.min_price_micros > _demo.DEMO_PRICE_MICROS:
         raise _no_match(BELOW_MINIMUM, 422)
@@ -110,7 +110,9 @@ def _demo_offer(caller: Caller, query: _Query, screen_id: str) -> Answer:
         billing_code=_demo.DEMO_BILLING_CODE,
     )
     if query.vast:
-        offer.vast = demo_vast(caller, screen_id)
+        # The demo screen's id, whichever screen asked with demo=true: the contract wants the
+        # two ways into demo mode to answer identically.
+        offer.vast = demo_vast(caller, _demo.DEMO_SCREEN_ID)
     return json_body_answer(offer)
 
 
@@ -157,7 +159,7 @@ async def offer_by_screen_id(rt: Runtime, call: HttpCall, screen_id: str) -> Ans
     caller = authorize_key(rt, call.header(b"authorization"))
     query = _query(call)
     if query.demo or screen_id == _demo.DEMO_SCREEN_ID:
-        return _demo_offer(caller, query, screen_id)
+        return _demo_offer(caller, query)
     return await _offer_for(caller, caller.snapshot.screens.get(screen_id), query)
 
 
@@ -166,7 +168,7 @@ async def offer_by_external_id(rt: Runtime, call: HttpCall, external_id: str) ->
     caller = authorize_key(rt, call.header(b"authorization"))
     query = _query(call)
     if query.demo or external_id == _demo.DEMO_SCREEN_ID:
-        return _demo_offer(caller, query, external_id)
+        return _demo_offer(caller, query)
     publisher = caller.snapshot.publishers.get(caller.publisher_id)
     if publisher is None or not publisher.external_ids_enabled:
         raise Forbidden(NOT_ACTIVATED, include_status=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -40,7 +40,10 @@ def _played_at(body: dict[str, Any], received: datetime) -> datetime:
         ) from None
     if moment.tzinfo is None:
         raise BadRequest("played_at needs a time zone, e.g. 2026-05-04T10:15:30Z")
-    return moment
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-12:00: past the year 9999 in UTC
+        raise BadRequest(f"played_at is outside the years 1 to 9999 in UTC: {raw!r}") from None
 
 
 def _duration(body: dict[str, Any]) -> int | None:

@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 
 from bidder.asgi import Answer
 from bidder.deprecation import OPENRTB_PREFIX
-from bidder.errors import Forbidden, PayloadTooLarge, Unavailable, UriTooLong
+from bidder.errors import UNREADABLE_JSON, Forbidden, PayloadTooLarge, Unavailable, UriTooLong
 from bidder.openrtb._response import no_content
 from bidder.runtime import utcnow
 from bidder.settings import Settings
@@ -158,11 +158,34 @@ def _integer(value: str | None) -> int | None:
         return None
 
 
+#: A diagnostic body nested deeper than this is kept as text: every reader of the record (the
+#: writer, Postgres' jsonb) then handles it without a recursion limit of its own.
+MAX_BODY_NESTING = 64
+
+
 def _diagnostic_body(raw: bytes) -> Any:
-    """A POST body as stored for diagnostics: its JSON, or its text when it is not JSON."""
+    """A POST body as stored for diagnostics: its JSON, or its text when it is not JSON (or is
+    nested deeper than MAX_BODY_NESTING)."""
     if not raw.strip():
         return None
     try:
-        return _json.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError):  # kept as text, whatever it holds
+        decoded = _json.decode(raw)
+    except UNREADABLE_JSON:  # kept as text, whatever it holds
         return raw.decode("utf-8", errors="replace")
+    if _nested_deeper_than(decoded, MAX_BODY_NESTING):
+        return raw.decode("utf-8", errors="replace")
+    return decoded
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects in `value` nest more than `limit` levels (no recursion)."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            if depth > limit:
+                return True
+            pending.extend((child, depth + 1) for child in item)
+    return False

@@ -18,9 +18,13 @@ from typing import Any, TypeGuard
 
 import msgspec
 
-from bidder.errors import BadRequest
+from bidder.errors import UNREADABLE_JSON, BadRequest
 
 FIXED_PRICE = 3
+#: Audiences at or above this are refused (NO_TOTAL_AUDIENCE): Postgres keeps an audience as
+#: NUMERIC(14, 4), and a bound keeps the price arithmetic short (a `1e999999` multiplier
+#: would take the worker tens of seconds to turn into an integer price).
+MAX_AUDIENCE = Decimal(10) ** 10
 
 
 class Video(msgspec.Struct):
@@ -107,7 +111,7 @@ def request_id_of(body: bytes) -> str:
     """The BidRequest id if the body has a string one, else an empty string."""
     try:
         view = _id_decoder.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+    except UNREADABLE_JSON:
         return ""
     return view.id if isinstance(view.id, str) else ""
 
@@ -120,9 +124,7 @@ def parse_bid_request(body: bytes) -> BidAsk:
         raise _invalid(
             "INVALID_REQUEST", f"The body is not a valid BidRequest: {exc}", problem=str(exc)
         ) from None
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        # msgspec reports a string that is not UTF-8 as UnicodeDecodeError; JSON is UTF-8
-        # (RFC 8259, 8.1), so such a body is malformed JSON too.
+    except UNREADABLE_JSON:
         raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
     if not _non_empty_string(request.id):
         raise _invalid("INVALID_REQUEST", "BidRequest.id is required (a non-empty string)")
@@ -228,12 +230,12 @@ def _audience(imp: Imp) -> Decimal:
     else:
         audience = _number(imp.ext.totalaud) if imp.ext is not None else None
         source = "imp[0].ext.totalaud"
-    if audience is None or audience <= 0:
+    if audience is None or audience <= 0 or audience >= MAX_AUDIENCE:
         raise _invalid(
             "NO_TOTAL_AUDIENCE",
             "An audience is required: imp[0].qty.multiplier (preferred) or imp[0].ext.totalaud, "
-            "a number greater than 0; when imp[0].qty is sent its multiplier is used, with no "
-            "fallback to ext.totalaud",
+            "a number greater than 0 and below 10000000000; when imp[0].qty is sent its "
+            "multiplier is used, with no fallback to ext.totalaud",
             field=source,
         )
     return audience

@@ -11,7 +11,7 @@ from litestar.testing import AsyncTestClient
 from bidder.app import create_app
 from store.local_servers import PostgresServer, free_port
 from store.postgres import migrate
-from tests.conftest import ServerUrls, make_settings
+from tests.conftest import ServerUrls, make_settings, wait_for_inventory
 from tests.factories import basic_document, seed
 
 
@@ -27,6 +27,11 @@ async def test_not_ready_without_redis(servers: ServerUrls, clean: None) -> None
         assert body["redis"] != "ok"
         assert body["postgres"] == "ok"
         assert body["status"] == "not ready"
+        # HEAD, as load balancers probe: the same status, no body (RFC 9110 9.1).
+        head_alive = await client.head("/healthz")
+        assert (head_alive.status_code, head_alive.content) == (200, b"")
+        head_ready = await client.head("/readyz")
+        assert (head_ready.status_code, head_ready.content) == (503, b"")
 
 
 async def test_postgres_down_keeps_a_loaded_instance_ready(
@@ -72,3 +77,13 @@ async def test_metrics_count_requests_by_route(servers: ServerUrls, clean: None)
         assert 'http_requests_total{method="GET",route="/healthz",status="200"} 3.0' in text
         assert "http_request_duration_seconds_bucket" in text
         assert "record_queue_depth" in text
+
+
+async def test_head_readyz_is_200_when_ready(servers: ServerUrls, clean: None) -> None:
+    await seed(servers.database_url, basic_document())
+    app = create_app(make_settings(servers, RECORD_WRITER="0"))
+    async with AsyncTestClient(app) as client:
+        await wait_for_inventory(client)
+        assert (await client.get("/readyz")).status_code == 200
+        head = await client.head("/readyz")
+        assert (head.status_code, head.content) == (200, b"")

@@ -21,7 +21,6 @@ import asyncpg
 import httpx
 import jsonschema
 import pytest
-import xmlschema
 from redis.asyncio import Redis
 from referencing import Registry, Resource
 
@@ -34,12 +33,12 @@ from tests import factories as f
 from tests.conftest import ServerUrls, make_settings
 from tests.integration._core_helpers import Live, live_app
 from tests.integration._records_support import drain
-from tests.paths import OPENRTB_SCHEMAS, VAST_4_0_XSD
+from tests.paths import OPENRTB_SCHEMAS
+from tests.vast_check import assert_valid_vast
 
 BID = "/functions/v1/openrtb-2-6/bid"
 ROOT = "/functions/v1/openrtb-2-6/"
 SCHEMA_DIR = OPENRTB_SCHEMAS
-VAST_XSD = VAST_4_0_XSD
 NS = {"v": "http://www.iab.com/VAST"}
 MIGRATION_GUIDE = "http://testserver.local/docs/migration-openrtb-to-core"
 
@@ -112,7 +111,6 @@ def _registry() -> Registry:
 
 
 _REGISTRY = _registry()
-_VAST = xmlschema.XMLSchema(str(VAST_XSD))
 
 
 def validate_bid_response(body: dict[str, Any]) -> None:
@@ -126,14 +124,7 @@ def validate_bid_response(body: dict[str, Any]) -> None:
 
 
 def validate_vast(adm: str) -> ET.Element:
-    root = ET.fromstring(adm)
-    inline = root.find("v:Ad/v:InLine", NS)
-    assert inline is not None
-    expires = inline.find("v:Expires", NS)
-    assert expires is not None
-    inline.remove(expires)
-    _VAST.validate(ET.tostring(root, encoding="unicode"))
-    return ET.fromstring(adm)
+    return assert_valid_vast(adm)
 
 
 def query_of(url: str) -> dict[str, str]:
@@ -464,3 +455,76 @@ async def test_malformed_json_is_invalid_request(live: Live) -> None:
     headers = await seeded(live)
     response = await post_bid(live, headers, b'{"id": "x", "imp": [')
     assert_error(response, 400, "INVALID_REQUEST")
+
+
+# -- numbers and nesting no decoder or price can be asked to handle ---------------------------
+
+
+def _with_bare_numbers(document: dict[str, Any]) -> bytes:
+    """The document as JSON, its Decimals written as JSON numbers of any size (1e999999)."""
+    decimals: list[Decimal] = []
+
+    def placeholder(value: Any) -> str:
+        decimals.append(value)
+        return f"@@{len(decimals) - 1}@@"
+
+    text = json.dumps(document, default=placeholder)
+    for index, value in enumerate(decimals):
+        text = text.replace(f'"@@{index}@@"', str(value))
+    assert "@@" not in text
+    return text.encode()
+
+
+@pytest.mark.parametrize(
+    "qty",
+    [
+        {"multiplier": 1e10},  # NUMERIC(14, 4) keeps an audience below 10 billion
+        {"multiplier": Decimal("1e999999")},  # once a 30-second int() of a million digits
+        {"multiplier": Decimal("1e999999999")},  # past Decimal's exponent range in arithmetic
+    ],
+)
+async def test_an_audience_of_10_billion_or_more_is_no_total_audience(
+    live: Live, qty: dict[str, Any]
+) -> None:
+    headers = await seeded(live)
+    body = _with_bare_numbers(bid_request(qty=qty))
+    started = time.monotonic()
+    response = await post_bid(live, headers, body)
+    assert time.monotonic() - started < 2.0
+    assert_error(response, 400, "NO_TOTAL_AUDIENCE")
+
+
+async def test_an_audience_just_below_10_billion_is_priced(live: Live) -> None:
+    headers = await seeded(live)
+    response = await post_bid(live, headers, bid_request(qty={"multiplier": 9_999_999_999}))
+    # Priced, then refused by the budget (250 cents CPM x 1e10 / 1000 is far above it): 204.
+    assert response.status_code == 204, response.text
+
+
+@pytest.mark.parametrize("bidfloor", ["1e999999", "1e999999999", "1e15"])
+async def test_a_floor_no_campaign_can_pay_is_a_quick_204(live: Live, bidfloor: str) -> None:
+    headers = await seeded(live)
+    deal = {"id": "deal-7", "bidfloor": Decimal(bidfloor), "at": 3}
+    body = _with_bare_numbers(bid_request(pmp={"deals": [deal]}))
+    started = time.monotonic()
+    response = await post_bid(live, headers, body)
+    assert time.monotonic() - started < 2.0
+    assert response.status_code == 204, response.text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"id": "x", "ext": ' + b"[" * 1200 + b"]" * 1200 + b"}",
+        b'{"id": "x", "ext": ' + b'{"a": ' * 1200 + b"1" + b"}" * 1200 + b"}",
+    ],
+)
+async def test_json_nested_past_the_decoder_is_invalid_request(live: Live, body: bytes) -> None:
+    headers = await seeded(live)
+    assert_error(await post_bid(live, headers, body), 400, "INVALID_REQUEST")
+
+
+async def test_options_carries_the_deprecation_headers(live: Live) -> None:
+    response = await live.client.options(BID)
+    assert response.status_code in (200, 204), response.text
+    assert_deprecated(response)

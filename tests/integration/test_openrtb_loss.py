@@ -130,6 +130,12 @@ async def test_unsubstituted_macros_are_stored_as_absent(live: Live) -> None:
         (b'{"seat": "s1", "reason": 102}', {"seat": "s1", "reason": 102}),
         (b"plain text diagnostics", "plain text diagnostics"),
         (b"", None),
+        # JSON nested past what a decoder recurses into (a few KB, far under 16 KB): text.
+        (b"[" * 1200 + b"]" * 1200, "[" * 1200 + "]" * 1200),
+        (b'{"a":' * 1000 + b"1" + b"}" * 1000, '{"a":' * 1000 + "1" + "}" * 1000),
+        # Deeper than the 64 levels kept as JSON: text too, so no later reader trips on it.
+        (b"[" * 65 + b"]" * 65, "[" * 65 + "]" * 65),
+        (b"[" * 64 + b"]" * 64, json.loads("[" * 64 + "]" * 64)),
     ],
 )
 async def test_post_body_is_stored_for_diagnostics(live: Live, body: bytes, stored: Any) -> None:
