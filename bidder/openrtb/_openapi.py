@@ -43,7 +43,8 @@ Validation runs in this order and the first failing rule answers 400 with its co
 
 The screen is `imp[0].tagid` among the external ids of the key's publisher (unknown: 204). The
 minimum bid is `bidfloor` x audience / 10 cents, rounded up to a whole cent. `price` is the
-offer's **per-play price in EUR** (`bid_price_cents` / 100), not a CPM. Billing happens only on
+offer's **per-play price in EUR** (`bid_price_cents` / 100), not a CPM. Prices are EUR only:
+`cur` and `bidfloorcur` are not read, a `bidfloor` is always a CPM in EUR. Billing happens only on
 the VAST `impression` tracking event; the loss notice in `lurl` releases the reservation.
 """
 
@@ -131,6 +132,9 @@ def _schemas() -> dict[str, Any]:
                         "deals": {
                             "type": "array",
                             "minItems": 1,
+                            "description": "Only the first deal is read and checked (`id`, a "
+                            "`bidfloor` of 0 or more, `at` 3 when present); later deals are not "
+                            "read, so one that breaks this schema is tolerated.",
                             "items": {
                                 "type": "object",
                                 "required": ["id", "bidfloor"],
@@ -155,7 +159,10 @@ def _schemas() -> dict[str, Any]:
                             "type": "number",
                             "exclusiveMinimum": True,
                             "minimum": 0,
-                            "description": "Audience reached by one play (preferred).",
+                            "exclusiveMaximum": True,
+                            "maximum": 10_000_000_000,
+                            "description": "Audience reached by one play (preferred); below "
+                            "10 billion.",
                         },
                         "sourcetype": {"type": "integer"},
                         "vendor": {"type": "string"},
@@ -168,7 +175,10 @@ def _schemas() -> dict[str, Any]:
                             "type": "number",
                             "exclusiveMinimum": True,
                             "minimum": 0,
-                            "description": "Legacy audience; used only when qty is absent.",
+                            "exclusiveMaximum": True,
+                            "maximum": 10_000_000_000,
+                            "description": "Legacy audience; used only when qty is absent; "
+                            "below 10 billion.",
                         }
                     },
                 },
@@ -329,6 +339,7 @@ def _bid_operation(operation_id: str) -> dict[str, Any]:
             "400": _error("Validation error; `error` is the first failing rule's code."),
             "401": _error("`INVALID_API_KEY`: Authorization missing or invalid."),
             "413": _error("Body too large."),
+            "500": _error("`INTERNAL_ERROR`: an unexpected failure; nothing was reserved."),
         },
     }
 
@@ -360,7 +371,14 @@ def _loss_operation(operation_id: str, method: str) -> dict[str, Any]:
             "description": "${AUCTION_PRICE}: the winner's clearing CPM; stored, never billed.",
         },
         {"name": "cur", "in": "query", "schema": {"type": "string"}},
-        {"name": "mtw", "in": "query", "schema": {"type": "string"}},
+        {
+            "name": "mtw",
+            "in": "query",
+            "schema": {"type": "string"},
+            "description": "${AUCTION_MIN_TO_WIN}. Like `reason` and `price`, typed string: a "
+            "value that is not a number (an unsubstituted macro) is accepted and stored as "
+            "absent.",
+        },
         {"name": "aid", "in": "query", "schema": {"type": "string"}},
     ]
     parameters += signed
