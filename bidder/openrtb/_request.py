@@ -21,9 +21,9 @@ import msgspec
 from bidder.errors import UNREADABLE_JSON, BadRequest
 
 FIXED_PRICE = 3
-#: Audiences at or above this are refused (NO_TOTAL_AUDIENCE): Postgres keeps an audience as
-#: NUMERIC(14, 4), and a bound keeps the price arithmetic short (a `1e999999` multiplier
-#: would take the worker tens of seconds to turn into an integer price).
+#: Audiences at or above this are refused (NO_TOTAL_AUDIENCE), the bound of a screen's own
+#: audience: it keeps the price arithmetic short (a `1e999999` multiplier would take the
+#: worker tens of seconds to turn into an integer price).
 MAX_AUDIENCE = Decimal(10) ** 10
 
 

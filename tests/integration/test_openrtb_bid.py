@@ -478,7 +478,7 @@ def _with_bare_numbers(document: dict[str, Any]) -> bytes:
 @pytest.mark.parametrize(
     "qty",
     [
-        {"multiplier": 1e10},  # NUMERIC(14, 4) keeps an audience below 10 billion
+        {"multiplier": 1e10},  # the bound of a screen's own audience
         {"multiplier": Decimal("1e999999")},  # once a 30-second int() of a million digits
         {"multiplier": Decimal("1e999999999")},  # past Decimal's exponent range in arithmetic
     ],
@@ -528,3 +528,30 @@ async def test_options_carries_the_deprecation_headers(live: Live) -> None:
     response = await live.client.options(BID)
     assert response.status_code in (200, 204), response.text
     assert_deprecated(response)
+
+
+async def test_an_audience_finer_than_4_decimals_is_recorded_as_priced(live: Live) -> None:
+    """The offer row keeps the audience the price was computed from, every decimal of it."""
+    headers = await seeded(live)
+    response = await post_bid(live, headers, bid_request(qty={"multiplier": 119.471234}))
+    assert response.status_code == 200, response.text
+    bid = response.json()["seatbid"][0]["bid"][0]
+    # 250 cents CPM x 119.471234 / 1000 = 29.8678085 cents, half-even to the micro-cent:
+    # 29.867808 cents (decisions 1 and 3), 0.29867808 EUR.
+    assert Decimal(str(bid["price"])) == Decimal("0.29867808")
+    parts = urlsplit(bid["lurl"].replace("reason=${AUCTION_LOSS}", "reason=102"))
+    assert (await live.client.get(f"{parts.path}?{parts.query}")).status_code == 204
+    pool = await live.rt.connect_postgres()
+
+    async def get_pool() -> asyncpg.Pool:
+        return pool
+
+    await drain(RecordWriter(live.rt.redis, get_pool, consumer="test"), live.rt.redis)
+    row = await pool.fetchrow(
+        "SELECT audience, bid_price_cents FROM offers WHERE offer_id = $1", bid["adid"]
+    )
+    assert row is not None
+    assert dict(row) == {
+        "audience": Decimal("119.471234"),
+        "bid_price_cents": Decimal("29.867808"),
+    }
