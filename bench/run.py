@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import importlib.util
 import json
 import math
 import os
@@ -538,8 +539,24 @@ def full_inventory(
     return checks, seeded, comparable
 
 
+#: What the benchmark needs besides the service: the dev group's Locust and matplotlib.
+DEV_TOOLS = ("locust", "matplotlib")
+
+
+def missing_dev_tools() -> list[str]:
+    return [name for name in DEV_TOOLS if importlib.util.find_spec(name) is None]
+
+
 def bench(cfg: BenchConfig) -> int:
     started = time.monotonic()
+    missing = missing_dev_tools()
+    if missing:
+        # Said before minutes of seeding and load, not as an ImportError at the end.
+        log(
+            f"the benchmark needs the dev tools ({', '.join(missing)} missing): "
+            "run `sh deploy/bootstrap.sh --group dev` first"
+        )
+        return 2
     outcome = Outcome()
     if not cfg.skip_wrk:
         try:

@@ -34,16 +34,20 @@ from bidder.web import http_exception_handler, service_error_handler, unexpected
 log = logging.getLogger("bidder.app")
 
 
+_ALIVE = {"status": "ok"}
+
+
 @get("/healthz", media_type=MediaType.JSON, sync_to_thread=False)
 def healthz() -> dict[str, str]:
     """Process alive."""
-    return {"status": "ok"}
+    return _ALIVE
 
 
 @head("/healthz", sync_to_thread=False)
-def healthz_head() -> None:
-    """HEAD /healthz: the same 200 without a body (load balancers and uptime checks often
-    probe with HEAD; RFC 9110 9.1)."""
+def healthz_head() -> Response[None]:
+    """HEAD /healthz: the same 200 and headers without a body (load balancers and uptime
+    checks often probe with HEAD; RFC 9110 9.1)."""
+    return health.head_answer(_ALIVE, 200)
 
 
 @get("/metrics", sync_to_thread=False)

@@ -24,6 +24,7 @@ import msgspec
 from granian import Granian
 from granian.constants import HTTPModes, Interfaces, Loops
 from granian.log import LogLevels
+from redis.exceptions import RedisError
 
 from bidder import cli_records
 from bidder.admin import UnknownPublisher, issue_key
@@ -37,7 +38,7 @@ from store.inventory_repo import (
     import_document,
     revoke_api_key,
 )
-from store.postgres import Conn, create_pool, migrate
+from store.postgres import CONNECT_ERRORS, Conn, create_pool, migrate
 
 EXIT_REFUSED = 1
 EXIT_SETTINGS = 2
@@ -94,7 +95,7 @@ async def _with_connection(settings: Settings, work: Callable[[Conn], Awaitable[
     Postgres problems become CommandFailed."""
     try:
         pool = await create_pool(settings.database_url, min_size=1, max_size=1)
-    except (OSError, asyncpg.PostgresError) as exc:
+    except CONNECT_ERRORS as exc:
         raise CommandFailed(f"cannot reach Postgres at DATABASE_URL: {exc}") from None
     try:
         async with pool.acquire() as conn:
@@ -325,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  - {problem}", file=sys.stderr)
         return EXIT_SETTINGS
     except CommandFailed as exc:
+        print(f"bidder: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except (OSError, RedisError) as exc:  # a file that cannot be written, Redis unreachable
         print(f"bidder: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except KeyboardInterrupt:

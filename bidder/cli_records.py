@@ -16,11 +16,12 @@ from typing import Any
 import asyncpg
 import msgspec
 from prometheus_client import start_http_server
+from redis.exceptions import RedisError
 
 from bidder.observability import Metrics, configure_logging
 from bidder.settings import Settings, SettingsError, load_settings
 from store.hot import connect
-from store.postgres import create_pool
+from store.postgres import CONNECT_ERRORS, create_pool
 from store.reconcile import reconcile, summarize
 from store.records import RecordWriter, consumer_name
 
@@ -67,7 +68,9 @@ def _settings() -> Settings | None:
     try:
         return load_settings()
     except SettingsError as exc:
-        print(exc, file=sys.stderr)
+        print("bidder: the settings are not valid:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
         return None
 
 
@@ -76,11 +79,15 @@ def run_writer_command(args: argparse.Namespace) -> int:
     if settings is None:
         return 2
     configure_logging(settings.log_level)
-    batch = args.batch_size or settings.record_batch_size
+    batch = settings.record_batch_size if args.batch_size is None else args.batch_size
     if batch <= 0:
-        print("--batch-size must be greater than 0", file=sys.stderr)
+        print("bidder: --batch-size must be greater than 0", file=sys.stderr)
         return 2
-    asyncio.run(_writer_main(settings, batch, args.metrics_port))
+    try:
+        asyncio.run(_writer_main(settings, batch, args.metrics_port))
+    except OSError as exc:  # the metrics port taken, most likely
+        print(f"bidder: the writer could not start: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -125,12 +132,15 @@ async def _reconcile_main(settings: Settings, *, repair: bool, as_json: bool) ->
     redis = connect(settings.redis_url, timeout=5.0, max_connections=4)
     try:
         conn = await asyncpg.connect(settings.database_url, timeout=5)
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+    except CONNECT_ERRORS as exc:
         await redis.aclose()
-        print(f"Postgres unreachable: {type(exc).__name__}", file=sys.stderr)
-        return 2
+        print(f"bidder: cannot reach Postgres at DATABASE_URL: {exc}", file=sys.stderr)
+        return 1
     try:
         report = await reconcile(redis, conn, repair=repair)
+    except (RedisError, OSError) as exc:
+        print(f"bidder: cannot reach Redis at REDIS_URL: {exc}", file=sys.stderr)
+        return 1
     finally:
         await conn.close()
         await redis.aclose()

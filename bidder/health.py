@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
 from litestar import MediaType, Request, Response, get, head
 
 from bidder.web import runtime_of
@@ -26,9 +27,18 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
 
 @head("/readyz")
 async def readyz_head(request: Request[Any, Any, Any]) -> Response[None]:
-    """HEAD /readyz: the same checks and status, without a body."""
-    _, ready = await _readiness(request)
-    return Response(None, status_code=200 if ready else 503)
+    """HEAD /readyz: the same checks, status and headers, without a body."""
+    body, ready = await _readiness(request)
+    return head_answer(body, 200 if ready else 503)
+
+
+def head_answer(body: Any, status: int) -> Response[None]:
+    """The answer to HEAD for a GET that answers `body` as JSON: its status and headers,
+    `Content-Length` included (RFC 9110 9.3.2), and no body."""
+    length = len(msgspec.json.encode(body))
+    return Response(
+        None, status_code=status, media_type=MediaType.JSON, headers={"content-length": str(length)}
+    )
 
 
 async def _readiness(request: Request[Any, Any, Any]) -> tuple[dict[str, Any], bool]:

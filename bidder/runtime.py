@@ -56,6 +56,7 @@ class Runtime:
         self.budgets: dict[str, Budget] = {}
         self.started_at = time.monotonic()
         self.last_postgres_error: str | None = None
+        self._logged_failure: str | None = None  # the reload failure the log last reported
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self.extra_loops: list[Callable[[Runtime], Awaitable[None]]] = []
@@ -150,11 +151,25 @@ class Runtime:
         while await self.sleep(self.settings.inventory_poll_seconds):
             try:
                 await self.reload_inventory()
-                self.last_postgres_error = None
+                self._note_reload_failure(None)
             except (OSError, asyncpg.PostgresError, TimeoutError, RedisError) as exc:
-                self.last_postgres_error = type(exc).__name__
+                self._note_reload_failure(type(exc).__name__)
             except Exception:
                 log.exception("inventory reload failed")
+
+    def _note_reload_failure(self, failure: str | None) -> None:
+        """Keep the last reload failure for /readyz, and say in the log when it starts and
+        ends (once each, not every poll): an operator sees why a worker is not ready."""
+        if failure != self._logged_failure:
+            self._logged_failure = failure
+            if failure is not None:
+                log.warning(
+                    "inventory reload failing: Postgres or Redis unreachable",
+                    extra={"error": failure, "ready": self.snapshot is not None},
+                )
+            else:
+                log.info("inventory reload working again")
+        self.last_postgres_error = failure
 
     # -- budgets and expiry ------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -12,6 +13,10 @@ from urllib.parse import urlsplit
 ENVIRONMENTS = ("production", "staging")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _MIN_SECRET_LEN = 16
+
+
+#: Where the tracking endpoint is served when TRACKING_BASE_URL names no path of its own.
+DEFAULT_TRACKING_PATH = "/functions/v1/track"
 
 
 class SettingsError(ValueError):
@@ -48,7 +53,7 @@ class Settings:
     @property
     def tracking_path(self) -> str:
         """The path part of TRACKING_BASE_URL: the tracking endpoint is served there."""
-        return urlsplit(self.tracking_base_url).path.rstrip("/") or "/functions/v1/track"
+        return urlsplit(self.tracking_base_url).path.rstrip("/") or DEFAULT_TRACKING_PATH
 
     @property
     def key_prefix(self) -> str:
@@ -86,8 +91,10 @@ def _positive_float(
     except ValueError:
         problems.append(f"{name} must be a number, got {raw!r}")
         return default
-    if value <= 0:
-        problems.append(f"{name} must be greater than 0, got {value}")
+    if not math.isfinite(value) or value <= 0:
+        # nan would compare false everywhere: a loop sleeping "nan" seconds would spin.
+        problems.append(f"{name} must be a finite number greater than 0, got {raw!r}")
+        return default
     return value
 
 
@@ -108,9 +115,17 @@ def _public_urls(env: Mapping[str, str], problems: list[str]) -> tuple[str, str]
         problems.append("PUBLIC_BASE_URL must be an http or https URL")
     tracking_base_url = env.get("TRACKING_BASE_URL", "").rstrip("/")
     if not tracking_base_url:
-        tracking_base_url = f"{public_base_url}/functions/v1/track"
-    elif urlsplit(tracking_base_url).scheme not in ("http", "https"):
-        problems.append("TRACKING_BASE_URL must be an http or https URL")
+        tracking_base_url = f"{public_base_url}{DEFAULT_TRACKING_PATH}"
+    else:
+        parts = urlsplit(tracking_base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            problems.append("TRACKING_BASE_URL must be an http or https URL")
+        elif parts.query or parts.fragment:
+            problems.append("TRACKING_BASE_URL must not carry a query or a fragment")
+        elif not parts.path:
+            # A tracking host of its own (https://track.example.com): the endpoint keeps its
+            # usual path there, in the URLs the VAST carries and in the route served.
+            tracking_base_url = f"{tracking_base_url}{DEFAULT_TRACKING_PATH}"
     return public_base_url, tracking_base_url
 
 

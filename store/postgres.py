@@ -48,6 +48,18 @@ def migration_files() -> list[tuple[str, str]]:
     )
 
 
+#: What connecting to Postgres raises when it cannot: refused or timed out (OSError,
+#: TimeoutError), refused by the server (PostgresError, InterfaceError), or a DATABASE_URL
+#: asyncpg cannot use (ValueError: a port that is not a number, a bad sslmode).
+CONNECT_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    ValueError,
+)
+
+
 async def migrate(conn: Conn) -> list[str]:
     """Apply the migrations not yet recorded, each in its own transaction; return their names."""
     await conn.execute(_MIGRATIONS_TABLE)

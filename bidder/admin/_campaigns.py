@@ -16,7 +16,7 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.params import FromPath
 
-from bidder.admin._common import json_response, path_uuid, read_body
+from bidder.admin._common import audit, json_response, path_uuid, read_body
 from bidder.errors import BadRequest, NotFound
 from bidder.runtime import utcnow
 from bidder.web import postgres, runtime_of
@@ -95,6 +95,10 @@ async def top_up(request: Request[Any, Any, Any], campaign_id: FromPath[str]) ->
     rt = runtime_of(request)
     await rt.hot.set_budget_total(campaign_id, campaign_shard(campaign_id), cents_to_micros(total))
     campaign = msgspec.structs.replace(campaign, budget_cents=total)
+    audit.info(
+        "budget topped up",
+        extra={"campaign_id": campaign_id, "add_cents": str(body.add_cents), "total": str(total)},
+    )
     return json_response(await _campaign_with_budget(request, campaign))
 
 

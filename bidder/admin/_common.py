@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any, TypeVar
 
@@ -20,6 +21,9 @@ T = TypeVar("T")
 
 # Decimals go out as plain JSON numbers (2.5, not "2.5"), as everywhere in the service.
 encoder = msgspec.json.Encoder(decimal_format="number")
+
+#: Operators' changes (inventory, budgets, keys): one INFO line each, never a key or a secret.
+audit = logging.getLogger("bidder.audit")
 
 
 def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 from litestar import Request, Response, get, put
 
-from bidder.admin._common import decode, json_response, problems_response
+from bidder.admin._common import audit, decode, json_response, problems_response
 from bidder.errors import BadRequest
 from bidder.web import postgres
 from matching.inventory import InventoryDocument
@@ -37,6 +37,8 @@ async def put_inventory(request: Request[Any, Any, Any]) -> Response[bytes]:
                 f"The inventory document conflicts with stored data ({exc.constraint_name}); "
                 "nothing was applied"
             ) from None
+    # The audit trail of operator changes (successful requests have no access line).
+    audit.info("inventory imported", extra={"counts": counts})
     return json_response({"counts": counts})
 
 

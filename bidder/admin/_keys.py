@@ -11,7 +11,7 @@ import msgspec
 from litestar import Request, Response, delete, post
 from litestar.params import FromPath
 
-from bidder.admin._common import json_response, path_uuid, read_body
+from bidder.admin._common import audit, json_response, path_uuid, read_body
 from bidder.auth import new_api_key
 from bidder.errors import BadRequest, NotFound
 from bidder.runtime import utcnow
@@ -77,6 +77,8 @@ async def create_key(
             created = await issue_key(conn, settings, publisher_id, body.expires_at)
         except UnknownPublisher:
             raise NotFound(f"Unknown publisher {publisher_id}") from None
+    # Never the key itself: its id and owner are the trail.
+    audit.info("API key created", extra={"publisher_id": publisher_id, "key_id": created.key_id})
     response = json_response(created, status=201)
     response.headers["Cache-Control"] = "no-store"
     return response
@@ -88,6 +90,7 @@ async def revoke_key(request: Request[Any, Any, Any], key_id: FromPath[str]) -> 
     async with postgres(request) as conn:
         if not await revoke_api_key(conn, key_id):
             raise NotFound(f"Unknown API key {key_id}")
+    audit.info("API key revoked", extra={"key_id": key_id})
 
 
 routes = [create_key, revoke_key]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -297,3 +298,27 @@ async def test_a_body_that_is_not_utf8_is_400(app_client: Client) -> None:
     )
     assert response.status_code == 400
     assert "not valid JSON" in parsed(response.content)["error"]
+
+
+async def test_operator_changes_leave_an_audit_line_without_the_key(
+    app_client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bidder.audit")
+    created = await app_client.post(f"/admin/v1/publishers/{PUB}/api-keys", headers=ADMIN)
+    assert created.status_code == 201
+    key = created.json()
+    topped = await app_client.post(
+        f"/admin/v1/campaigns/{CAMPAIGN}/budget", headers=ADMIN, json={"add_cents": 5}
+    )
+    assert topped.status_code == 200
+    revoked = await app_client.delete(f"/admin/v1/api-keys/{key['key_id']}", headers=ADMIN)
+    assert revoked.status_code == 204
+    lines = [(r.getMessage(), r.__dict__) for r in caplog.records if r.name == "bidder.audit"]
+    assert [message for message, _ in lines] == [
+        "API key created",
+        "budget topped up",
+        "API key revoked",
+    ]
+    assert lines[0][1]["key_id"] == lines[2][1]["key_id"] == key["key_id"]
+    assert lines[1][1]["campaign_id"] == CAMPAIGN
+    assert all(key["api_key"] not in repr(extra) for _, extra in lines)

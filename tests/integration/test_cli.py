@@ -250,3 +250,26 @@ async def test_importing_100000_screens_takes_seconds(
     # A second import of the same document is a no-op upsert, just as quick.
     again = await bidder(cli_env(servers), "inventory", "import", str(source))
     assert again.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "args", "fragment"),
+    [
+        ({"DATABASE_URL": "postgresql://postgres@127.0.0.1:notaport/db"}, ("migrate",), "Postgres"),
+        ({}, ("inventory", "export", "/nonexistent-dir/inventory.json"), "nonexistent-dir"),
+        ({"REDIS_URL": "redis://127.0.0.1:1/0"}, ("reconcile",), "Redis"),
+        ({"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/db"}, ("reconcile",), "Postgres"),
+    ],
+)
+async def test_an_unreachable_store_or_path_is_one_line_and_exit_1(
+    servers: ServerUrls,
+    clean: None,
+    overrides: dict[str, str],
+    args: tuple[str, ...],
+    fragment: str,
+) -> None:
+    done = await bidder(cli_env(servers, **overrides), *args)
+    err = done.stderr.decode()
+    assert done.returncode == 1, err
+    assert fragment in err
+    assert "Traceback" not in err

@@ -30,8 +30,10 @@ async def test_not_ready_without_redis(servers: ServerUrls, clean: None) -> None
         # HEAD, as load balancers probe: the same status, no body (RFC 9110 9.1).
         head_alive = await client.head("/healthz")
         assert (head_alive.status_code, head_alive.content) == (200, b"")
+        assert head_alive.headers["content-length"] == str(len(alive.content))
         head_ready = await client.head("/readyz")
         assert (head_ready.status_code, head_ready.content) == (503, b"")
+        assert head_ready.headers["content-length"] == str(len(ready.content))
 
 
 async def test_postgres_down_keeps_a_loaded_instance_ready(

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from bench import run as bench_run
 from bench.cli import register
 from bench.run import BenchConfig
 
@@ -35,3 +40,20 @@ def test_full_run_defaults_and_overrides() -> None:
         Path("x"),
     )
     assert BenchConfig.from_args(parse()).name == "full"
+
+
+def test_without_the_dev_tools_the_run_stops_at_once_saying_how_to_get_them(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    real = importlib.util.find_spec
+
+    def without_locust(name: str, package: str | None = None) -> Any:
+        return None if name == "locust" else real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_locust)
+    cfg = BenchConfig.from_args(parse("--root", str(tmp_path / "never-made")))
+    assert bench_run.bench(cfg) == 2
+    said = capsys.readouterr()
+    assert "locust" in said.out + said.err
+    assert "bootstrap.sh --group dev" in said.out + said.err
+    assert not (tmp_path / "never-made").exists()  # nothing seeded, nothing started

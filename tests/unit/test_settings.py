@@ -53,6 +53,27 @@ def test_tracking_base_url_sets_the_tracking_path() -> None:
     assert settings.tracking_path == "/px"
 
 
+def test_a_tracking_host_without_a_path_keeps_the_usual_path() -> None:
+    """The VAST's URLs and the route served must agree, or no impression is ever billed."""
+    settings = load_settings({**VALID, "TRACKING_BASE_URL": "https://track.example.com/"})
+    assert settings.tracking_base_url == "https://track.example.com/functions/v1/track"
+    assert settings.tracking_path == "/functions/v1/track"
+
+
+@pytest.mark.parametrize(
+    "url", ["https://t.example.com/px?x=1", "https://t.example.com/px#top", "https:///px"]
+)
+def test_a_tracking_url_with_a_query_fragment_or_no_host_is_refused(url: str) -> None:
+    with pytest.raises(SettingsError, match="TRACKING_BASE_URL"):
+        load_settings({**VALID, "TRACKING_BASE_URL": url})
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0"])
+def test_intervals_must_be_finite_and_positive(value: str) -> None:
+    with pytest.raises(SettingsError, match="INVENTORY_POLL_SECONDS"):
+        load_settings({**VALID, "INVENTORY_POLL_SECONDS": value})
+
+
 def test_every_problem_is_reported_at_once() -> None:
     env = {
         "DATABASE_URL": "mysql://db/bidder",
