@@ -11,7 +11,7 @@ import msgspec
 from litestar import Litestar, MediaType, Request, Response, get, head
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from bidder import health, tracking
 from bidder.admin import records_routes
@@ -24,7 +24,9 @@ from bidder.observability import (
     Metrics,
     RequestObserver,
     configure_logging,
+    exposition,
     request_context_middleware,
+    use_multiprocess_values,
 )
 from bidder.openrtb import routes as openrtb_routes
 from bidder.runtime import Runtime
@@ -53,7 +55,7 @@ def healthz_head() -> Response[None]:
 @get("/metrics", sync_to_thread=False)
 def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
     metrics: Metrics = request.app.state.metrics
-    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(exposition(metrics), media_type=CONTENT_TYPE_LATEST)
 
 
 def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litestar:
@@ -110,4 +112,5 @@ def _state(rt: Runtime, metrics: Metrics) -> State:
 
 def app_from_env() -> Litestar:
     """The factory `bidder serve` hands to granian: each worker reads the environment itself."""
+    use_multiprocess_values()
     return create_app(load_settings())

@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,7 @@ from redis.exceptions import RedisError
 from bidder import cli_records
 from bidder.admin import UnknownPublisher, issue_key
 from bidder.errors import UNREADABLE_JSON
+from bidder.observability import MULTIPROCESS_DIR_ENV, multiprocess_dir
 from bidder.runtime import utcnow
 from bidder.settings import Settings, SettingsError, load_settings
 from matching.inventory import InventoryDocument, Problem
@@ -79,8 +81,22 @@ def serve(host: str, port: int, workers: int, *, log_level: str = "INFO") -> Non
 def _cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings()
     workers = args.workers or os.cpu_count() or 1
+    if workers > 1:
+        _share_metrics()
     serve(args.host, args.port, workers, log_level=settings.log_level)
     return 0
+
+
+def _share_metrics() -> None:
+    """Give the workers one Prometheus multiprocess directory, emptied (figures of an earlier
+    run would add up with this one's): PROMETHEUS_MULTIPROC_DIR if set, else a fresh one."""
+    folder = multiprocess_dir()
+    if folder is None:
+        os.environ[MULTIPROCESS_DIR_ENV] = tempfile.mkdtemp(prefix="bidder-metrics-")
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    for stale in Path(folder).glob("*.db"):
+        stale.unlink()
 
 
 # -- Postgres commands ----------------------------------------------------------------------

@@ -11,6 +11,7 @@ import contextvars
 import itertools
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -20,7 +21,15 @@ from typing import Any
 
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client import values as prometheus_values
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
@@ -60,6 +69,33 @@ def configure_logging(level: str = "INFO") -> None:
     root.setLevel(level)
     for noisy in ("granian.access", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+#: Set by `bidder serve` for more than one worker: each worker keeps its figures in files there,
+#: and /metrics sums them, so a scrape sees the host, not whichever worker answered it.
+MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get(MULTIPROCESS_DIR_ENV) or None
+
+
+def use_multiprocess_values() -> None:
+    """In a worker process (after the fork), keep metric values in the shared directory when
+    one is set. prometheus_client chose its value class when the parent imported it, before
+    `bidder serve` set the directory, so it is chosen again here, before any Metrics exist."""
+    if multiprocess_dir() is not None:
+        prometheus_values.ValueClass = prometheus_values.get_value_class()  # type: ignore[no-untyped-call]
+
+
+def exposition(metrics: Metrics) -> bytes:
+    """The /metrics text: this process's figures, or every worker's summed (gauges: the most
+    recent value any worker set) when the workers share a multiprocess directory."""
+    if multiprocess_dir() is None:
+        return generate_latest(metrics.registry)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return generate_latest(registry)
 
 
 class Metrics:
@@ -103,11 +139,18 @@ class Metrics:
         self.offers = Counter("offers", "Core offers by outcome", ["outcome"], registry=r)
         # Labelled children by label value, resolved once: `labels()` costs more than `inc()`.
         self._children: dict[tuple[str, str], Any] = {}
+        # Every worker reads the same queue: across workers, the latest reading is the figure.
         self.queue_depth = Gauge(
-            "record_queue_depth", "Records waiting to reach Postgres", registry=r
+            "record_queue_depth",
+            "Records waiting to reach Postgres",
+            registry=r,
+            multiprocess_mode="mostrecent",
         )
         self.queue_lag = Gauge(
-            "record_queue_lag_seconds", "Age of the oldest waiting record", registry=r
+            "record_queue_lag_seconds",
+            "Age of the oldest waiting record",
+            registry=r,
+            multiprocess_mode="mostrecent",
         )
         self.batch_size = Histogram(
             "record_batch_size",
