@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import importlib.util
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -60,6 +61,7 @@ class CommandFailed(Exception):
 def serve(host: str, port: int, workers: int, *, log_level: str = "INFO") -> None:
     """Run the service under granian: ASGI, uvloop, one event loop per worker process, the app
     built by `bidder.app:app_from_env` inside each worker."""
+    ensure_port_free(host, port)
     Granian(
         "bidder.app:app_from_env",
         factory=True,
@@ -76,6 +78,22 @@ def serve(host: str, port: int, workers: int, *, log_level: str = "INFO") -> Non
         respawn_failed_workers=True,
         workers_kill_timeout=30,
     ).serve()
+
+
+def ensure_port_free(host: str, port: int) -> None:
+    """CommandFailed when something listens on host:port already. granian binds with
+    SO_REUSEPORT, so a second service on a taken port would start and silently take part of
+    the traffic; a plain bind (no SO_REUSEPORT) fails on any listener, another bidder included."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no listener
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise CommandFailed(
+                f"cannot listen on {host}:{port}: {exc.strerror} (another bidder running? "
+                "choose another --port)"
+            ) from None
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

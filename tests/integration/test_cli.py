@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -272,4 +273,23 @@ async def test_an_unreachable_store_or_path_is_one_line_and_exit_1(
     err = done.stderr.decode()
     assert done.returncode == 1, err
     assert fragment in err
+    assert "Traceback" not in err
+
+
+async def test_serve_on_a_port_something_listens_on_is_one_line_and_exit_1(
+    servers: ServerUrls,
+) -> None:
+    """granian binds with SO_REUSEPORT: without the check a second service would start there
+    and quietly take part of the traffic."""
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # as granian binds
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = await bidder(
+            cli_env(servers), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"
+        )
+    err = done.stderr.decode()
+    assert done.returncode == 1, err
+    assert f"127.0.0.1:{port}" in err
     assert "Traceback" not in err
