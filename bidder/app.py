@@ -13,7 +13,7 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from bidder import health, tracking
+from bidder import guides, health, tracking
 from bidder.admin import records_routes
 from bidder.admin import routes as admin_routes
 from bidder.core import routes as core_routes
@@ -79,6 +79,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
             healthz_head,
             metrics_endpoint,
             *health.routes,
+            *guides.routes,
             *core_routes.routes,
             *screens.routes,
             *openrtb_routes.routes,

@@ -89,3 +89,26 @@ async def test_head_readyz_is_200_when_ready(servers: ServerUrls, clean: None) -
         assert (await client.get("/readyz")).status_code == 200
         head = await client.head("/readyz")
         assert (head.status_code, head.content) == (200, b"")
+
+
+async def test_the_deprecation_notice_links_to_guides_that_exist(
+    servers: ServerUrls, clean: None
+) -> None:
+    """Link, `documentation` and `migration_guide` point at /docs/...: they answer a guide."""
+    settings = make_settings(servers, RECORD_WRITER="0")
+    app = create_app(settings)
+    async with AsyncTestClient(app, base_url=settings.public_base_url) as client:
+        for url in (settings.migration_guide_url, settings.documentation_url):
+            path = url.removeprefix(settings.public_base_url)
+            assert path.startswith("/docs/"), url
+            response = await client.get(path)
+            assert response.status_code == 200, url
+            assert response.headers["content-type"].startswith("text/markdown")
+            assert "OpenRTB" in response.text
+        migration = await client.get(
+            settings.migration_guide_url.removeprefix(settings.public_base_url)
+        )
+        assert "Migrating to the Core API" in migration.text
+        unknown = await client.get("/docs/../../etc/passwd")
+        assert unknown.status_code == 404
+        assert (await client.get("/docs/decisions")).status_code == 404

@@ -1,0 +1,34 @@
+"""GET /docs/{name}: the integration guides the deprecation notice links to (`Link` header,
+`documentation` and `migration_guide` fields), served as Markdown from the checkout's docs/.
+
+Only the guides below are served. The defaults of DOCUMENTATION_URL and MIGRATION_GUIDE_URL
+point here; a deployment that publishes its guides elsewhere sets those instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from litestar import Response, get
+from litestar.params import FromPath
+
+from bidder.errors import NotFound
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+#: Path name -> guide file. The migration guide is the OpenRTB guide's last section.
+GUIDES = {
+    "api-openrtb": "api-openrtb.md",
+    "migration-openrtb-to-core": "api-openrtb.md",
+    "api-core": "api-core.md",
+}
+
+
+@get("/docs/{name:str}", sync_to_thread=False)
+def guide(name: FromPath[str]) -> Response[bytes]:
+    file = GUIDES.get(name)
+    if file is None or not (DOCS / file).is_file():
+        raise NotFound(f"No guide named {name!r}")
+    return Response((DOCS / file).read_bytes(), media_type="text/markdown; charset=utf-8")
+
+
+routes = [guide]
