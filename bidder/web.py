@@ -114,6 +114,10 @@ def service_error_handler(request: Request[Any, Any, Any], exc: ServiceError) ->
 def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     """Framework errors (unknown route, wrong method, body too large, ...) in our shapes."""
     status = exc.status_code
+    if request.scope.get("route_handler") is None:
+        # Refused by the router (no such path, or not this method): no middleware ran, so the
+        # request is counted here, under the route label "unmatched".
+        _count_unmatched(request, status)
     if status >= 500:
         return unexpected_handler(request, exc)
     message = _HTTP_MESSAGES.get(status, exc.detail or "Request failed")
@@ -128,6 +132,12 @@ def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) 
             headers={k: v for k, v in (exc.headers or {}).items() if k.lower() == "allow"},
         ),
     )
+
+
+def _count_unmatched(request: Request[Any, Any, Any], status: int) -> None:
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        metrics.requests.labels("unmatched", request.method, str(status)).inc()
 
 
 def unexpected_error(path: str, exc: Exception) -> ServiceError:

@@ -77,6 +77,12 @@ async def test_metrics_count_requests_by_route(servers: ServerUrls, clean: None)
         assert metrics.status_code == 200
         text = metrics.text
         assert 'http_requests_total{method="GET",route="/healthz",status="200"} 3.0' in text
+        # Refused by the router (no route, or not its method): counted too, as "unmatched".
+        assert (await client.get("/no/such/path")).status_code == 404
+        assert (await client.delete("/healthz")).status_code == 405
+        text = (await client.get("/metrics")).text
+        assert 'http_requests_total{method="GET",route="unmatched",status="404"} 1.0' in text
+        assert 'http_requests_total{method="DELETE",route="unmatched",status="405"} 1.0' in text
         assert "http_request_duration_seconds_bucket" in text
         assert "record_queue_depth" in text
 
