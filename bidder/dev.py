@@ -186,6 +186,8 @@ def run_dev(port: int) -> int:
         print(f"\nbidder dev: serving {base} (Ctrl-C stops everything)")
         print(f"demo API key (publisher Metro Transit Media): {api_key}")
         print(f"admin token: {settings.admin_token}")
+        if local is not None:  # what the `bidder` commands need to reach these servers
+            print(f"REDIS_URL={settings.redis_url}  DATABASE_URL={settings.database_url}")
         print(examples(base, api_key, settings.admin_token), flush=True)
         serve("127.0.0.1", port, 1, log_level=settings.log_level)
     finally:
