@@ -87,6 +87,14 @@ def median_run(runs: list[WrkResult]) -> WrkResult:
     return sorted(runs, key=lambda run: run.rps)[(len(runs) - 1) // 2]
 
 
+def median_by(runs: list[WrkResult], measure: str) -> WrkResult:
+    """The run whose `measure` (an attribute such as "p99_ms") is the median, the lower middle
+    for an even count: paced runs repeat, and one run's tail swings 2x on this machine."""
+    if not runs:
+        raise ValueError("no runs to take the median of")
+    return sorted(runs, key=lambda run: float(getattr(run, measure)))[(len(runs) - 1) // 2]
+
+
 @dataclass
 class Target:
     name: str

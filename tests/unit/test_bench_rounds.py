@@ -11,7 +11,7 @@ import pytest
 
 from bench import throughput
 from bench.cli import register
-from bench.report import RunReport, median_run, render_markdown, write_report
+from bench.report import RunReport, median_by, median_run, render_markdown, write_report
 from bench.run import BenchConfig, Outcome, Throughput
 from bench.throughput import WrkResult, WrkRun
 
@@ -52,6 +52,16 @@ def test_median_of_an_even_count_is_the_lower_middle() -> None:
 def test_median_among_equal_rates_is_the_earlier_round() -> None:
     runs = [wrk("r1", 200, p50=1.0), wrk("r2", 100), wrk("r3", 200, p50=9.0)]
     assert median_run(runs) is runs[0]
+
+
+def test_paced_runs_stand_for_their_median_latency_not_their_rate() -> None:
+    # p99 is 3 x p50 in these runs: 6, 30, 12 ms; the median is the 12 ms run, whatever the rate.
+    runs = [wrk("r1", 900, p50=2.0), wrk("r2", 880, p50=10.0), wrk("r3", 910, p50=4.0)]
+    assert median_by(runs, "p99_ms") is runs[2]
+    assert median_by(runs, "p50_ms") is runs[2]
+    assert median_by(runs[:2], "p99_ms") is runs[0]  # the lower middle of two
+    with pytest.raises(ValueError, match="no runs"):
+        median_by([], "p99_ms")
 
 
 def test_median_of_one_run_is_that_run_and_of_none_an_error() -> None:
