@@ -267,7 +267,7 @@ class Throughput:
     def paced_runs(
         self, key: str, script: str, data: Path, target: float, measure: str
     ) -> WrkResult:
-        """`cfg.rounds` paced runs at about `target` req/s (one calibration); the run with the
+        """`cfg.rounds` paced runs at about `target` req/s (each calibrated); the run with the
         median `measure` (p99 for the latency targets, p50 for the inventory-size comparison)
         stands for them, and a note lists every run's figure."""
         runs = [

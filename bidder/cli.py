@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import importlib.util
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -99,22 +100,26 @@ def ensure_port_free(host: str, port: int) -> None:
 def _cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings()
     workers = args.workers or os.cpu_count() or 1
-    if workers > 1:
-        _share_metrics()
-    serve(args.host, args.port, workers, log_level=settings.log_level)
+    ensure_port_free(args.host, args.port)  # before touching anything a running one uses
+    shared = _share_metrics() if workers > 1 or multiprocess_dir() else None
+    try:
+        serve(args.host, args.port, workers, log_level=settings.log_level)
+    finally:
+        if shared is not None:
+            shutil.rmtree(shared, ignore_errors=True)
     return 0
 
 
-def _share_metrics() -> None:
-    """Give the workers one Prometheus multiprocess directory, emptied (figures of an earlier
-    run would add up with this one's): PROMETHEUS_MULTIPROC_DIR if set, else a fresh one."""
-    folder = multiprocess_dir()
-    if folder is None:
-        os.environ[MULTIPROCESS_DIR_ENV] = tempfile.mkdtemp(prefix="bidder-metrics-")
-        return
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    for stale in Path(folder).glob("*.db"):
-        stale.unlink()
+def _share_metrics() -> str:
+    """A Prometheus multiprocess folder of this run's own, for its workers: inside
+    PROMETHEUS_MULTIPROC_DIR when that is set, else in the temporary folder. Figures of an
+    earlier run, or of another service sharing the folder, never add up with this run's."""
+    base = multiprocess_dir()
+    if base is not None:
+        Path(base).mkdir(parents=True, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="bidder-metrics-", dir=base)
+    os.environ[MULTIPROCESS_DIR_ENV] = folder
+    return folder
 
 
 # -- Postgres commands ----------------------------------------------------------------------
@@ -130,7 +135,7 @@ async def _with_connection(settings: Settings, work: Callable[[Conn], Awaitable[
     try:
         pool = await create_pool(settings.database_url, min_size=1, max_size=1)
     except CONNECT_ERRORS as exc:
-        raise CommandFailed(f"cannot reach Postgres at DATABASE_URL: {exc}") from None
+        raise CommandFailed(f"cannot reach Postgres at DATABASE_URL: {_safe(exc)}") from None
     try:
         async with pool.acquire() as conn:
             return await work(conn)
@@ -138,6 +143,12 @@ async def _with_connection(settings: Settings, work: Callable[[Conn], Awaitable[
         raise CommandFailed(f"Postgres refused the change: {exc}") from None
     finally:
         await pool.close()
+
+
+def _safe(exc: Exception) -> str:
+    """What to say of a connection failure: its message, except for a ValueError (a URL the
+    driver could not parse), whose message may quote part of the URL's password."""
+    return type(exc).__name__ if isinstance(exc, ValueError) else str(exc)
 
 
 def _cmd_migrate(_: argparse.Namespace) -> int:

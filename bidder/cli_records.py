@@ -134,7 +134,9 @@ async def _reconcile_main(settings: Settings, *, repair: bool, as_json: bool) ->
         conn = await asyncpg.connect(settings.database_url, timeout=5)
     except CONNECT_ERRORS as exc:
         await redis.aclose()
-        print(f"bidder: cannot reach Postgres at DATABASE_URL: {exc}", file=sys.stderr)
+        # A ValueError (an unparsable URL) may quote part of the password: its type only.
+        said = type(exc).__name__ if isinstance(exc, ValueError) else exc
+        print(f"bidder: cannot reach Postgres at DATABASE_URL: {said}", file=sys.stderr)
         return 1
     try:
         report = await reconcile(redis, conn, repair=repair)

@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-
 from bidder.auth import hash_key, new_api_key
 from bidder.demo import (
     EXAMPLE_AUDIENCE,
@@ -30,7 +28,7 @@ from bidder.demo import (
 from bidder.settings import Settings, load_settings
 from store.inventory_repo import create_api_key, import_document
 from store.local_servers import LocalServerError, LocalServers
-from store.postgres import Conn, create_pool, migrate
+from store.postgres import CONNECT_ERRORS, Conn, create_pool, migrate
 
 DEV_FOLDER = Path(".run/dev")
 
@@ -178,16 +176,27 @@ def run_dev(port: int) -> int:
         settings = load_settings()
         try:
             api_key = asyncio.run(_prepare(settings, state))
-        except (OSError, asyncpg.PostgresError) as exc:
-            raise CommandFailed(f"dev: preparing Postgres failed: {exc}") from None
+        except CONNECT_ERRORS as exc:
+            said = type(exc).__name__ if isinstance(exc, ValueError) else exc
+            raise CommandFailed(f"dev: preparing Postgres failed: {said}") from None
         state["api_key"] = api_key
         _save_state(state_file, state)
         base = f"http://127.0.0.1:{port}"
         print(f"\nbidder dev: serving {base} (Ctrl-C stops everything)")
         print(f"demo API key (publisher Metro Transit Media): {api_key}")
         print(f"admin token: {settings.admin_token}")
-        if local is not None:  # what the `bidder` commands need to reach these servers
-            print(f"REDIS_URL={settings.redis_url}  DATABASE_URL={settings.database_url}")
+        if local is not None:  # what the `bidder` commands need to reach the servers dev started
+            assert local.redis is not None
+            assert local.postgres is not None
+            started = [
+                f"{name}={url}"
+                for name, url, local_url in (
+                    ("REDIS_URL", settings.redis_url, local.redis.url),
+                    ("DATABASE_URL", settings.database_url, local.postgres.url),
+                )
+                if url == local_url  # never an operator's own URL, which may hold a password
+            ]
+            print("  ".join(started))
         print(examples(base, api_key, settings.admin_token), flush=True)
         serve("127.0.0.1", port, 1, log_level=settings.log_level)
     finally:

@@ -148,7 +148,9 @@ class Front:
 
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+                headers = list(message.get("headers", ()))
+                if not any(name.lower() == b"deprecation" for name, _ in headers):
+                    message = {**message, "headers": [*headers, *extra]}
             await send(message)
 
         return sending

@@ -106,6 +106,16 @@ def _url(env: Mapping[str, str], name: str, schemes: tuple[str, ...], problems: 
     parts = urlsplit(raw)
     if parts.scheme not in schemes or not (parts.netloc or parts.scheme == "unix"):
         problems.append(f"{name} must be a {' or '.join(schemes)} URL")
+        return raw
+    try:
+        parts.port  # noqa: B018 - parsed for its ValueError
+    except ValueError:
+        # Never repeat the value: a `#`, `/` or `?` in a password cuts it there, and the
+        # drivers would then print part of the password as the "port".
+        problems.append(
+            f"{name} has an unreadable host or port; percent-encode #, /, ?, @ and : "
+            "in the user name and password"
+        )
     return raw
 
 

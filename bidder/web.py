@@ -134,10 +134,16 @@ def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) 
     )
 
 
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 def _count_unmatched(request: Request[Any, Any, Any], status: int) -> None:
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
-        metrics.requests.labels("unmatched", request.method, str(status)).inc()
+        # Any token is a method to the server: made-up ones share one label value, or a client
+        # could create metric series without end.
+        method = request.method if request.method in _METHODS else "OTHER"
+        metrics.requests.labels("unmatched", method, str(status)).inc()
 
 
 def unexpected_error(path: str, exc: Exception) -> ServiceError:

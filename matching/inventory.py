@@ -46,7 +46,10 @@ MIME_BY_EXTENSION: dict[str, str] = {
 
 def mime_type_for(url: str) -> str | None:
     """The asset MIME type from the URL path's extension, or None when it is not known."""
-    path = urlsplit(url).path
+    try:
+        path = urlsplit(url).path
+    except ValueError:  # an unbalanced [ or ] in the host part
+        return None
     _, dot, extension = path.rpartition(".")
     if not dot or "/" in extension:
         return None
@@ -218,10 +221,29 @@ def _in_utc_range(moment: datetime) -> bool:
     return True
 
 
+def _host_part_ok(netloc: str) -> bool:
+    """Whether a URL's `user:password@host:port` is one XML Schema validators (libxml2) take as
+    part of an `xs:anyURI`; the path, query and fragment are made valid when a VAST is rendered."""
+    userinfo, _, hostport = netloc.rpartition("@")
+    if "%" in netloc or "[" in userinfo or "]" in userinfo:
+        return False
+    if ("[" in hostport or "]" in hostport) and not hostport.startswith("["):
+        return False
+    try:
+        urlsplit(f"//{netloc}").port  # noqa: B018 - parsed for its ValueError
+    except ValueError:
+        return False
+    return True
+
+
 def _has_places(value: Decimal, places: int) -> bool:
     """Whether a finite `value` has at most `places` decimal places (no rounding involved)."""
-    exponent = value.normalize().as_tuple().exponent
-    return isinstance(exponent, int) and exponent >= -places
+    # From the digits themselves: normalize() would round to the context's 28 digits first.
+    _, digits, exponent = value.as_tuple()
+    if not isinstance(exponent, int):
+        return False
+    trailing = len(digits) - len("".join(map(str, digits)).rstrip("0"))
+    return not any(digits) or exponent + trailing >= -places
 
 
 def _check_money(
@@ -398,9 +420,21 @@ def _validate_creatives(check: _Checker, creatives: list[Creative], campaigns: s
     for i, cre in enumerate(creatives):
         if cre.campaign_id not in campaigns:
             check.add("creatives", i, cre.id, "campaign_id", "names no known campaign")
-        parts = urlsplit(cre.url)
+        try:
+            parts = urlsplit(cre.url)
+        except ValueError:  # an unbalanced [ or ] in the host part
+            parts = urlsplit("")
         if parts.scheme not in ("http", "https") or not parts.netloc:
             check.add("creatives", i, cre.id, "url", "must be an http or https URL")
+        elif not _host_part_ok(parts.netloc):
+            check.add(
+                "creatives",
+                i,
+                cre.id,
+                "url",
+                "has a host part no URL validator takes: a port that is not a number from 0 "
+                "to 65535, a %, or [ ] other than around an IPv6 host",
+            )
         elif mime_type_for(cre.url) is None:
             check.add(
                 "creatives",

@@ -25,6 +25,10 @@ FIXED_PRICE = 3
 #: audience: it keeps the price arithmetic short (a `1e999999` multiplier would take the
 #: worker tens of seconds to turn into an integer price).
 MAX_AUDIENCE = Decimal(10) ** 10
+#: And with at most 18 decimals: with the 10 integer digits, 28 significant digits, what
+#: Decimal's arithmetic keeps exactly (the price is computed from every one of them) and far
+#: below what a Postgres numeric can store (16,383 decimals), so the offer record is writable.
+MAX_AUDIENCE_PLACES = 18
 
 
 class Video(msgspec.Struct):
@@ -101,6 +105,14 @@ def _number(value: Any) -> Decimal | None:
     if kind is int:
         return Decimal(value)
     return None
+
+
+def _decimal_places(value: Decimal) -> int:
+    """Decimal places of a finite value, trailing zeros not counted (1.500 has 1)."""
+    _, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)  # finite: _number lets no NaN or Infinity through
+    trailing = len(digits) - len("".join(map(str, digits)).rstrip("0"))
+    return max(-(exponent + trailing), 0) if any(digits) else 0
 
 
 def _non_empty_string(value: Any) -> TypeGuard[str]:
@@ -230,11 +242,17 @@ def _audience(imp: Imp) -> Decimal:
     else:
         audience = _number(imp.ext.totalaud) if imp.ext is not None else None
         source = "imp[0].ext.totalaud"
-    if audience is None or audience <= 0 or audience >= MAX_AUDIENCE:
+    if (
+        audience is None
+        or audience <= 0
+        or audience >= MAX_AUDIENCE
+        or _decimal_places(audience) > MAX_AUDIENCE_PLACES
+    ):
         raise _invalid(
             "NO_TOTAL_AUDIENCE",
             "An audience is required: imp[0].qty.multiplier (preferred) or imp[0].ext.totalaud, "
-            "a number greater than 0 and below 10000000000; when imp[0].qty is sent its "
+            "a number greater than 0 and below 10000000000, with at most 18 decimals; when "
+            "imp[0].qty is sent its "
             "multiplier is used, with no fallback to ext.totalaud",
             field=source,
         )

@@ -256,7 +256,11 @@ async def test_importing_100000_screens_takes_seconds(
 @pytest.mark.parametrize(
     ("overrides", "args", "fragment"),
     [
-        ({"DATABASE_URL": "postgresql://postgres@127.0.0.1:notaport/db"}, ("migrate",), "Postgres"),
+        (
+            {"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/db?sslmode=bogus"},
+            ("migrate",),
+            "Postgres",
+        ),
         ({}, ("inventory", "export", "/nonexistent-dir/inventory.json"), "nonexistent-dir"),
         ({"REDIS_URL": "redis://127.0.0.1:1/0"}, ("reconcile",), "Redis"),
         ({"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/db"}, ("reconcile",), "Postgres"),
@@ -273,6 +277,18 @@ async def test_an_unreachable_store_or_path_is_one_line_and_exit_1(
     err = done.stderr.decode()
     assert done.returncode == 1, err
     assert fragment in err
+    assert "Traceback" not in err
+
+
+async def test_a_database_url_with_an_unescaped_password_is_refused_without_echoing_it(
+    servers: ServerUrls,
+) -> None:
+    env = cli_env(servers, DATABASE_URL="postgresql://bidder:s3cr#tpass@127.0.0.1:5432/db")
+    done = await bidder(env, "migrate")
+    err = done.stderr.decode()
+    assert done.returncode == 2, err  # a setting that cannot be used
+    assert "DATABASE_URL" in err
+    assert "s3cr" not in err
     assert "Traceback" not in err
 
 

@@ -83,6 +83,12 @@ async def test_metrics_count_requests_by_route(servers: ServerUrls, clean: None)
         text = (await client.get("/metrics")).text
         assert 'http_requests_total{method="GET",route="unmatched",status="404"} 1.0' in text
         assert 'http_requests_total{method="DELETE",route="unmatched",status="405"} 1.0' in text
+        # Made-up methods share one label value: a client cannot mint series without end.
+        for made_up in ("FOO1", "FOO2", "FOO3"):
+            await client.request(made_up, "/no/such/path")
+        text = (await client.get("/metrics")).text
+        assert "FOO" not in text
+        assert 'method="OTHER",route="unmatched"' in text
         assert "http_request_duration_seconds_bucket" in text
         assert "record_queue_depth" in text
 

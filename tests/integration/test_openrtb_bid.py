@@ -494,6 +494,19 @@ async def test_an_audience_of_10_billion_or_more_is_no_total_audience(
     assert_error(response, 400, "NO_TOTAL_AUDIENCE")
 
 
+async def test_an_audience_with_more_than_18_decimals_is_no_total_audience(live: Live) -> None:
+    """Beyond 28 significant digits the price could not use every decimal, and a Postgres
+    numeric stops at 16,383 decimals: the offer record would be unwritable."""
+    headers = await seeded(live)
+    for audience in ("1." + "0" * 17000 + "1", "119.4700000000000000001"):
+        body = _with_bare_numbers(bid_request(qty={"multiplier": Decimal(audience)}))
+        assert_error(await post_bid(live, headers, body), 400, "NO_TOTAL_AUDIENCE")
+    # 18 decimals, trailing zeros beyond them not counted: priced as usual.
+    for audience in ("119.470000000000000001", "119.4700000000000000000000"):
+        body = _with_bare_numbers(bid_request(qty={"multiplier": Decimal(audience)}))
+        assert (await post_bid(live, headers, body)).status_code == 200
+
+
 async def test_an_audience_just_below_10_billion_is_priced(live: Live) -> None:
     headers = await seeded(live)
     response = await post_bid(live, headers, bid_request(qty={"multiplier": 9_999_999_999}))
@@ -528,6 +541,10 @@ async def test_options_carries_the_deprecation_headers(live: Live) -> None:
     response = await live.client.options(BID)
     assert response.status_code in (200, 204), response.text
     assert_deprecated(response)
+    # Once, also where the error answer already carries them (no such path: 404).
+    unknown = await live.client.options(f"{ROOT}nope")
+    assert unknown.headers.get_list("deprecation") == ["true"]
+    assert len(unknown.headers.get_list("link")) == 1
 
 
 async def test_an_audience_finer_than_4_decimals_is_recorded_as_priced(live: Live) -> None:

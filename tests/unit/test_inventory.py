@@ -396,6 +396,29 @@ CASES: list[tuple[str, Callable[[], InventoryDocument], set[Where]]] = [
         ),
         {("campaigns", 0, "end_at")},
     ),
+    (
+        "CPM one part in 10^31 finer than a micro-cent (28-digit rounding must not hide it)",
+        lambda: basic_document(
+            campaigns=[campaign(cpm_cents=Decimal("1.0000000000000000000000000000001"))]
+        ),
+        {("campaigns", 0, "cpm_cents")},
+    ),
+    (
+        "asset URL with a port that is not a number",
+        lambda: basic_document(creatives=[creative(url="https://cdn.example:80a/a.mp4")]),
+        {("creatives", 0, "url")},
+    ),
+    (
+        "asset URL with a % in its host part",
+        lambda: basic_document(creatives=[creative(url="https://us:pa%ss@cdn.example/a.mp4")]),
+        {("creatives", 0, "url")},
+    ),
+    (
+        "asset URL with [ in its user name",
+        lambda: basic_document(creatives=[creative(url="https://us[er@cdn.example/a.mp4")]),
+        # Python's own URL parser refuses it too, so no file type can be read from it either.
+        {("creatives", 0, "url"), ("creatives", 0, "kind")},
+    ),
     # text that no XML document can carry (it reaches the VAST): XML 1.0's Char production
     (
         "control character in a campaign name",
@@ -443,6 +466,11 @@ def test_the_largest_values_the_columns_hold_are_valid() -> None:
         ],
         campaigns=[campaign(max_plays_per_screen_per_hour=2**31 - 1)],
     )
+    assert validate_document(doc) == []
+
+
+def test_an_ipv6_host_and_a_port_are_valid_in_an_asset_url() -> None:
+    doc = basic_document(creatives=[creative(url="https://[2001:db8::1]:8443/a.mp4")])
     assert validate_document(doc) == []
 
 

@@ -171,3 +171,17 @@ def test_per_settings_builds_once_per_settings_object() -> None:
         "second-secret-0123456789",
         "second-secret-0123456789",
     ]
+
+
+@pytest.mark.parametrize("name", ["DATABASE_URL", "REDIS_URL"])
+def test_a_url_whose_password_breaks_its_parsing_is_refused_without_echoing_it(
+    name: str,
+) -> None:
+    """An unescaped # in a password ends the host part there: the drivers would read part of
+    the password as the port and print it in their error."""
+    scheme = "postgresql" if name == "DATABASE_URL" else "redis"
+    with pytest.raises(SettingsError) as refused:
+        load_settings({**VALID, name: f"{scheme}://bidder:s3cr#tpass@db.internal:5432/x"})
+    said = " ".join(refused.value.problems)
+    assert name in said
+    assert "s3cr" not in said
