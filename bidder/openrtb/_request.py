@@ -13,7 +13,7 @@ than `isinstance` on the bid path.
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, TypeGuard
 
 import msgspec
@@ -25,10 +25,11 @@ FIXED_PRICE = 3
 #: audience: it keeps the price arithmetic short (a `1e999999` multiplier would take the
 #: worker tens of seconds to turn into an integer price).
 MAX_AUDIENCE = Decimal(10) ** 10
-#: And with at most 18 decimals: with the 10 integer digits, 28 significant digits, what
-#: Decimal's arithmetic keeps exactly (the price is computed from every one of them) and far
-#: below what a Postgres numeric can store (16,383 decimals), so the offer record is writable.
-MAX_AUDIENCE_PLACES = 18
+#: Audiences are kept to 18 decimals, rounded half-even beyond (an SSP's double such as
+#: 1.2345678901234567e-05 has 21): with the 10 integer digits that is 28 significant digits,
+#: what Decimal's arithmetic keeps exactly, so the price uses every digit of the audience the
+#: offer record stores (a Postgres numeric would refuse more than 16,383 decimals outright).
+AUDIENCE_QUANTUM = Decimal(10) ** -18
 
 
 class Video(msgspec.Struct):
@@ -242,17 +243,16 @@ def _audience(imp: Imp) -> Decimal:
     else:
         audience = _number(imp.ext.totalaud) if imp.ext is not None else None
         source = "imp[0].ext.totalaud"
-    if (
-        audience is None
-        or audience <= 0
-        or audience >= MAX_AUDIENCE
-        or _decimal_places(audience) > MAX_AUDIENCE_PLACES
-    ):
+    if audience is not None and 0 < audience < MAX_AUDIENCE and _decimal_places(audience) > 18:
+        # A positive audience stays positive (5e-324 is the smallest kept, 1e-18): it then
+        # prices a play at nothing, which is no bid (204), like any audience that small.
+        rounded = audience.quantize(AUDIENCE_QUANTUM, rounding=ROUND_HALF_EVEN)
+        audience = rounded if rounded > 0 else AUDIENCE_QUANTUM
+    if audience is None or audience <= 0 or audience >= MAX_AUDIENCE:
         raise _invalid(
             "NO_TOTAL_AUDIENCE",
             "An audience is required: imp[0].qty.multiplier (preferred) or imp[0].ext.totalaud, "
-            "a number greater than 0 and below 10000000000, with at most 18 decimals; when "
-            "imp[0].qty is sent its "
+            "a number greater than 0 and below 10000000000; when imp[0].qty is sent its "
             "multiplier is used, with no fallback to ext.totalaud",
             field=source,
         )

@@ -494,17 +494,26 @@ async def test_an_audience_of_10_billion_or_more_is_no_total_audience(
     assert_error(response, 400, "NO_TOTAL_AUDIENCE")
 
 
-async def test_an_audience_with_more_than_18_decimals_is_no_total_audience(live: Live) -> None:
-    """Beyond 28 significant digits the price could not use every decimal, and a Postgres
-    numeric stops at 16,383 decimals: the offer record would be unwritable."""
+async def test_an_audience_beyond_18_decimals_is_rounded_there_and_priced(live: Live) -> None:
+    """28 significant digits at most: the price uses every digit the record keeps, and a
+    Postgres numeric (16,383 decimals at most) can always store it."""
     headers = await seeded(live)
-    for audience in ("1." + "0" * 17000 + "1", "119.4700000000000000001"):
-        body = _with_bare_numbers(bid_request(qty={"multiplier": Decimal(audience)}))
-        assert_error(await post_bid(live, headers, body), 400, "NO_TOTAL_AUDIENCE")
-    # 18 decimals, trailing zeros beyond them not counted: priced as usual.
-    for audience in ("119.470000000000000001", "119.4700000000000000000000"):
-        body = _with_bare_numbers(bid_request(qty={"multiplier": Decimal(audience)}))
-        assert (await post_bid(live, headers, body)).status_code == 200
+    cases = [
+        # (audience sent, price in EUR: 250 cents CPM x audience / 1000 / 100, half-even µ¢)
+        ("1." + "0" * 17000 + "1", Decimal("0.0025")),  # 1.000000000000000000
+        ("119.4700000000000000004", Decimal("0.298675")),  # 119.470000000000000000
+        ("5e-324", None),  # kept positive (1e-18): a play priced at nothing, no bid
+    ]
+    no_floor = {"deals": [{"id": "deal-7", "bidfloor": 0, "at": 3}]}
+    for audience, price in cases:
+        request = bid_request(qty={"multiplier": Decimal(audience)}, pmp=no_floor)
+        body = _with_bare_numbers(request)
+        response = await post_bid(live, headers, body)
+        if price is None:
+            assert response.status_code == 204, response.text
+            continue
+        assert response.status_code == 200, response.text
+        assert Decimal(str(response.json()["seatbid"][0]["bid"][0]["price"])) == price
 
 
 async def test_an_audience_just_below_10_billion_is_priced(live: Live) -> None:
