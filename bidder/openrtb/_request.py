@@ -243,11 +243,6 @@ def _audience(imp: Imp) -> Decimal:
     else:
         audience = _number(imp.ext.totalaud) if imp.ext is not None else None
         source = "imp[0].ext.totalaud"
-    if audience is not None and 0 < audience < MAX_AUDIENCE and _decimal_places(audience) > 18:
-        # A positive audience stays positive (5e-324 is the smallest kept, 1e-18): it then
-        # prices a play at nothing, which is no bid (204), like any audience that small.
-        rounded = audience.quantize(AUDIENCE_QUANTUM, rounding=ROUND_HALF_EVEN)
-        audience = rounded if rounded > 0 else AUDIENCE_QUANTUM
     if audience is None or audience <= 0 or audience >= MAX_AUDIENCE:
         raise _invalid(
             "NO_TOTAL_AUDIENCE",
@@ -256,4 +251,11 @@ def _audience(imp: Imp) -> Decimal:
             "multiplier is used, with no fallback to ext.totalaud",
             field=source,
         )
+    # The usual audience has a few decimals: one exponent read; the digits only beyond 18.
+    exponent = audience.as_tuple().exponent
+    if isinstance(exponent, int) and exponent < -18 and _decimal_places(audience) > 18:
+        # A positive audience stays positive (5e-324 is the smallest kept, 1e-18): it then
+        # prices a play at nothing, which is no bid (204), like any audience that small.
+        rounded = audience.quantize(AUDIENCE_QUANTUM, rounding=ROUND_HALF_EVEN)
+        audience = rounded if rounded > 0 else AUDIENCE_QUANTUM
     return audience
