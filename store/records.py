@@ -264,7 +264,16 @@ class RecordWriter:
         except _DATA_ERRORS:
             self._count_failure("data")
             raise
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+        except (
+            OSError,
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            # The driver's state confused by a server shutting down mid-release ("cannot switch
+            # to state 15"): the batch is retried like any outage, not left pending for the
+            # 30 s reclaim (the writes are idempotent).
+            asyncpg.InternalClientError,
+            TimeoutError,
+        ) as exc:
             self._count_failure("postgres")
             raise PostgresUnavailable(f"{type(exc).__name__}: {exc}") from exc
         elapsed = time.perf_counter() - started
