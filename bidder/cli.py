@@ -42,7 +42,7 @@ from store.inventory_repo import (
     import_document,
     revoke_api_key,
 )
-from store.postgres import CONNECT_ERRORS, Conn, create_pool, migrate
+from store.postgres import CONNECT_ERRORS, Conn, create_pool, describe_connect_error, migrate
 
 EXIT_REFUSED = 1
 EXIT_SETTINGS = 2
@@ -61,8 +61,8 @@ class CommandFailed(Exception):
 
 def serve(host: str, port: int, workers: int, *, log_level: str = "INFO") -> None:
     """Run the service under granian: ASGI, uvloop, one event loop per worker process, the app
-    built by `bidder.app:app_from_env` inside each worker."""
-    ensure_port_free(host, port)
+    built by `bidder.app:app_from_env` inside each worker. Callers check the port first
+    (`ensure_port_free`), before they start anything of their own."""
     Granian(
         "bidder.app:app_from_env",
         factory=True,
@@ -135,7 +135,8 @@ async def _with_connection(settings: Settings, work: Callable[[Conn], Awaitable[
     try:
         pool = await create_pool(settings.database_url, min_size=1, max_size=1)
     except CONNECT_ERRORS as exc:
-        raise CommandFailed(f"cannot reach Postgres at DATABASE_URL: {_safe(exc)}") from None
+        said = describe_connect_error(exc)
+        raise CommandFailed(f"cannot reach Postgres at DATABASE_URL: {said}") from None
     try:
         async with pool.acquire() as conn:
             return await work(conn)
@@ -143,12 +144,6 @@ async def _with_connection(settings: Settings, work: Callable[[Conn], Awaitable[
         raise CommandFailed(f"Postgres refused the change: {exc}") from None
     finally:
         await pool.close()
-
-
-def _safe(exc: Exception) -> str:
-    """What to say of a connection failure: its message, except for a ValueError (a URL the
-    driver could not parse), whose message may quote part of the URL's password."""
-    return type(exc).__name__ if isinstance(exc, ValueError) else str(exc)
 
 
 def _cmd_migrate(_: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 from bidder.observability import Metrics, configure_logging
 from bidder.settings import Settings, SettingsError, load_settings
 from store.hot import connect
-from store.postgres import CONNECT_ERRORS, create_pool
+from store.postgres import CONNECT_ERRORS, create_pool, describe_connect_error
 from store.reconcile import reconcile, summarize
 from store.records import RecordWriter, consumer_name
 
@@ -134,9 +134,10 @@ async def _reconcile_main(settings: Settings, *, repair: bool, as_json: bool) ->
         conn = await asyncpg.connect(settings.database_url, timeout=5)
     except CONNECT_ERRORS as exc:
         await redis.aclose()
-        # A ValueError (an unparsable URL) may quote part of the password: its type only.
-        said = type(exc).__name__ if isinstance(exc, ValueError) else exc
-        print(f"bidder: cannot reach Postgres at DATABASE_URL: {said}", file=sys.stderr)
+        print(
+            f"bidder: cannot reach Postgres at DATABASE_URL: {describe_connect_error(exc)}",
+            file=sys.stderr,
+        )
         return 1
     try:
         report = await reconcile(redis, conn, repair=repair)

@@ -28,7 +28,7 @@ from bidder.demo import (
 from bidder.settings import Settings, load_settings
 from store.inventory_repo import create_api_key, import_document
 from store.local_servers import LocalServerError, LocalServers
-from store.postgres import CONNECT_ERRORS, Conn, create_pool, migrate
+from store.postgres import CONNECT_ERRORS, Conn, create_pool, describe_connect_error, migrate
 
 DEV_FOLDER = Path(".run/dev")
 
@@ -177,8 +177,9 @@ def run_dev(port: int) -> int:
         try:
             api_key = asyncio.run(_prepare(settings, state))
         except CONNECT_ERRORS as exc:
-            said = type(exc).__name__ if isinstance(exc, ValueError) else exc
-            raise CommandFailed(f"dev: preparing Postgres failed: {said}") from None
+            raise CommandFailed(
+                f"dev: preparing Postgres failed: {describe_connect_error(exc)}"
+            ) from None
         state["api_key"] = api_key
         _save_state(state_file, state)
         base = f"http://127.0.0.1:{port}"

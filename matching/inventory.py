@@ -16,6 +16,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
+from matching.money import decimal_places
+
 ScreenType = Literal["static", "slow", "moving"]
 CreativeKind = Literal["image", "cinemagraph", "video"]
 CampaignStatus = Literal["active", "paused"]
@@ -212,13 +214,13 @@ def _check_ids(check: _Checker, kind: str, ids: list[str]) -> None:
         seen.add(item_id)
 
 
-def _in_utc_range(moment: datetime) -> bool:
-    """Whether an aware datetime stays within datetime's years (1 to 9999) once in UTC."""
+def in_utc(moment: datetime) -> datetime | None:
+    """An aware datetime in UTC, or None when that falls outside datetime's years 1 to 9999
+    (9999-12-31T23:59:59-12:00 does)."""
     try:
-        moment.astimezone(UTC)
+        return moment.astimezone(UTC)
     except OverflowError:
-        return False
-    return True
+        return None
 
 
 def _host_part_ok(netloc: str) -> bool:
@@ -238,12 +240,7 @@ def _host_part_ok(netloc: str) -> bool:
 
 def _has_places(value: Decimal, places: int) -> bool:
     """Whether a finite `value` has at most `places` decimal places (no rounding involved)."""
-    # From the digits themselves: normalize() would round to the context's 28 digits first.
-    _, digits, exponent = value.as_tuple()
-    if not isinstance(exponent, int):
-        return False
-    trailing = len(digits) - len("".join(map(str, digits)).rstrip("0"))
-    return not any(digits) or exponent + trailing >= -places
+    return value.is_finite() and decimal_places(value) <= places
 
 
 def _check_money(
@@ -388,7 +385,7 @@ def _validate_campaigns(check: _Checker, campaigns: list[Campaign], advertisers:
         for name, stamp in (("start_at", cmp.start_at), ("end_at", cmp.end_at)):
             if stamp is not None and stamp.tzinfo is None:
                 check.add("campaigns", i, cmp.id, name, "must carry a time zone (e.g. Z)")
-            elif stamp is not None and not _in_utc_range(stamp):
+            elif stamp is not None and in_utc(stamp) is None:
                 check.add("campaigns", i, cmp.id, name, "must fall in the years 1 to 9999 in UTC")
         if (
             cmp.start_at

@@ -111,6 +111,16 @@ def split_gross(gross_micros: int, rate: Decimal) -> tuple[int, int]:
     return gross_micros - commission, commission
 
 
+def decimal_places(value: Decimal) -> int:
+    """Decimal places of a finite value, trailing zeros not counted (1.500 has 1), read from
+    its digits: normalize() would round to the context's 28 digits first."""
+    _, digits, exponent = value.as_tuple()
+    if not isinstance(exponent, int):
+        raise ValueError(f"not a finite number: {value}")
+    trailing = len(digits) - len("".join(map(str, digits)).rstrip("0"))
+    return max(-(exponent + trailing), 0) if any(digits) else 0
+
+
 #: A minimum bid above any price a campaign can pay (EUR 10 billion) is capped here, as the Core
 #: API caps `min_bid_cents`: it is never met either way, and the arithmetic stays short (a
 #: bidfloor of 1e999999 would otherwise take the worker tens of seconds to turn into an int).

@@ -60,6 +60,12 @@ CONNECT_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
+def describe_connect_error(exc: Exception) -> str:
+    """What to say of a connection failure: its message, except for a ValueError (a URL the
+    driver could not parse), whose message may quote part of the URL's password."""
+    return type(exc).__name__ if isinstance(exc, ValueError) else str(exc)
+
+
 async def migrate(conn: Conn) -> list[str]:
     """Apply the migrations not yet recorded, each in its own transaction; return their names."""
     await conn.execute(_MIGRATIONS_TABLE)

@@ -3,7 +3,7 @@ version, so every worker's key cache follows within one reload."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -17,6 +17,7 @@ from bidder.errors import BadRequest, NotFound
 from bidder.runtime import utcnow
 from bidder.settings import Settings
 from bidder.web import postgres, runtime_of
+from matching.inventory import in_utc
 from store.inventory_repo import create_api_key, revoke_api_key
 from store.postgres import Conn
 
@@ -41,10 +42,8 @@ def check_expiry(expires_at: datetime | None, now: datetime) -> None:
         return
     if expires_at.tzinfo is None:
         raise BadRequest("expires_at must carry a time zone, e.g. 2027-01-01T00:00:00Z")
-    try:
-        expires_at.astimezone(UTC)
-    except OverflowError:  # e.g. 9999-12-31T23:59:59-12:00: past the year 9999 in UTC
-        raise BadRequest("expires_at must fall within the years 1 to 9999 in UTC") from None
+    if in_utc(expires_at) is None:
+        raise BadRequest("expires_at must fall within the years 1 to 9999 in UTC")
     if expires_at <= now:
         raise BadRequest("expires_at must be in the future")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -21,6 +21,7 @@ from bidder.core._common import (
     ms_to_datetime,
 )
 from bidder.errors import BadRequest, NotFound
+from matching.inventory import in_utc
 
 DEAL_NOT_FOUND = "Deal not found or access denied"
 _MAX_TEXT_CHARS = 200
@@ -40,10 +41,10 @@ def _played_at(body: dict[str, Any], received: datetime) -> datetime:
         ) from None
     if moment.tzinfo is None:
         raise BadRequest("played_at needs a time zone, e.g. 2026-05-04T10:15:30Z")
-    try:
-        return moment.astimezone(UTC)
-    except OverflowError:  # e.g. 9999-12-31T23:59:59-12:00: past the year 9999 in UTC
-        raise BadRequest(f"played_at is outside the years 1 to 9999 in UTC: {raw!r}") from None
+    in_range = in_utc(moment)
+    if in_range is None:
+        raise BadRequest(f"played_at is outside the years 1 to 9999 in UTC: {raw!r}")
+    return in_range
 
 
 def _duration(body: dict[str, Any]) -> int | None:

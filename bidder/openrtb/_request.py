@@ -19,6 +19,7 @@ from typing import Any, TypeGuard
 import msgspec
 
 from bidder.errors import UNREADABLE_JSON, BadRequest
+from matching.money import decimal_places
 
 FIXED_PRICE = 3
 #: Audiences at or above this are refused (NO_TOTAL_AUDIENCE), the bound of a screen's own
@@ -106,14 +107,6 @@ def _number(value: Any) -> Decimal | None:
     if kind is int:
         return Decimal(value)
     return None
-
-
-def _decimal_places(value: Decimal) -> int:
-    """Decimal places of a finite value, trailing zeros not counted (1.500 has 1)."""
-    _, digits, exponent = value.as_tuple()
-    assert isinstance(exponent, int)  # finite: _number lets no NaN or Infinity through
-    trailing = len(digits) - len("".join(map(str, digits)).rstrip("0"))
-    return max(-(exponent + trailing), 0) if any(digits) else 0
 
 
 def _non_empty_string(value: Any) -> TypeGuard[str]:
@@ -253,7 +246,7 @@ def _audience(imp: Imp) -> Decimal:
         )
     # The usual audience has a few decimals: one exponent read; the digits only beyond 18.
     exponent = audience.as_tuple().exponent
-    if isinstance(exponent, int) and exponent < -18 and _decimal_places(audience) > 18:
+    if isinstance(exponent, int) and exponent < -18 and decimal_places(audience) > 18:
         # A positive audience stays positive (5e-324 is the smallest kept, 1e-18): it then
         # prices a play at nothing, which is no bid (204), like any audience that small.
         rounded = audience.quantize(AUDIENCE_QUANTUM, rounding=ROUND_HALF_EVEN)

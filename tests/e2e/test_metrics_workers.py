@@ -18,8 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls
+from tests.conftest import ServerUrls
 from tests.e2e.test_two_workers import _free_port, _tail
+from tests.integration.test_cli import cli_env
 
 HEALTHZ_COUNT = re.compile(
     r'^http_requests_total\{method="GET",route="/healthz",status="200"\} ([0-9.e+]+)$', re.M
@@ -30,18 +31,13 @@ async def test_metrics_sum_every_workers_requests(
     servers: ServerUrls, clean: None, tmp_path: Path
 ) -> None:
     port = _free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"},
-        "DATABASE_URL": servers.database_url,
-        "REDIS_URL": servers.redis_url,
-        "ADMIN_TOKEN": ADMIN_TOKEN,
-        "SIGNING_SECRETS": SIGNING_SECRETS,
-        "BIDDER_ENV": "staging",
-        "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}",
-        "RECORD_WRITER": "0",
-        "LOG_LEVEL": "WARNING",
-        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
-    }
+    env = cli_env(
+        servers,
+        PUBLIC_BASE_URL=f"http://127.0.0.1:{port}",
+        RECORD_WRITER="0",
+        LOG_LEVEL="WARNING",
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"),
+    )
     (tmp_path / "metrics").mkdir()
     (tmp_path / "metrics" / "counter_999999.db").write_bytes(b"stale")  # an earlier run's
     log = tmp_path / "serve.log"
