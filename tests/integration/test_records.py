@@ -320,3 +320,41 @@ async def test_client_text_postgres_cannot_hold_is_stored_not_dead_lettered(
         )
         assert played is not None
         assert (played["duration_seconds"], played["player_version"]) == (None, "v\ufffd1")
+
+
+@pytest.mark.parametrize(
+    ("price", "stored"),
+    [("1E+2", Decimal(100)), ("-0.5", Decimal("-0.5")), ("0.0000004", Decimal(0)), (None, None)],
+)
+async def test_amounts_an_ssp_writes_any_way_are_stored_as_their_value(
+    redis_client: Redis,
+    pool: asyncpg.Pool,
+    migrated: str,
+    price: str | None,
+    stored: Decimal | None,
+) -> None:
+    """A loss notice's price may come as an exponent, negative, finer than the column's six
+    decimals, or not at all; each is stored as the number it is (rounded to the column) or
+    NULL, beside an exact billing amount in the same batch."""
+    hot, camp = await prepare(redis_client, migrated)
+    now = datetime.now(UTC)
+    fields = {"channel": "openrtb", "publisher": PUB, "creative": CREATIVE_VIDEO}
+    lost = await hot.reserve(
+        camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), fields
+    )
+    assert isinstance(lost, Reserved)
+    await hot.loss(lost.offer_id, now, {"reason": "102"} | ({"price": price} if price else {}))
+    accepted = await core_accept_and_play(hot, camp)
+    await drain(_writer(redis_client, pool, Metrics()), redis_client)
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT l.price, o.bid_price_cents FROM loss_notices l JOIN offers o USING (offer_id) "
+            "WHERE offer_id = $1",
+            lost.offer_id,
+        )
+        gross = await conn.fetchval(
+            "SELECT gross_price_cents FROM deals WHERE deal_id = $1", accepted.deals[0]
+        )
+    assert row is not None
+    assert (row["price"], row["bid_price_cents"]) == (stored, Decimal("2.500000"))
+    assert gross == Decimal("2.000000")
