@@ -14,6 +14,7 @@ import asyncio
 import importlib.resources
 import os
 import re
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from matching.engine import Budget
 from matching.snapshot import SHARDS, CampaignInfo
@@ -220,6 +222,10 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _late() -> RedisTimeoutError:
+    return RedisTimeoutError("Redis ran the script after its deadline: nothing was changed")
+
+
 class _Script(Protocol):
     async def __call__(self, keys: list[str], args: list[Arg]) -> Any: ...
 
@@ -239,6 +245,15 @@ class HotState:
 
     With `fast` (a PipelinedRedis) the scripts run auto-pipelined on it, the hot path's way;
     everything else (reads, syncs) goes through the redis-py client.
+
+    The reservation and the answer to an offer carry a deadline: half of `fast`'s timeout
+    after they are sent (`deadline_ms`, or none without `fast`). Past it the script changes
+    nothing and answers "late", raised here as a Redis timeout. The caller gives up waiting
+    only after the whole timeout, so when it answers "unavailable, retry" nothing was reserved
+    or settled, and the publisher's retry finds the offer still open (an answer script run
+    after a Redis stall used to settle the deal that the 503 said had not happened). The other
+    half of the timeout is the margin for the reply's way back and for the two clocks (Redis'
+    `TIME` and this host's): keep the hosts' clocks synchronised well within it.
     """
 
     def __init__(
@@ -248,10 +263,14 @@ class HotState:
         fast: PipelinedRedis | None = None,
         retention_ms: int = 25 * 3_600_000,
         deal_ttl_ms: int = 30 * 86_400_000,
+        deadline_ms: int | None = None,
     ) -> None:
         self.redis = redis
         self.retention_ms = retention_ms
         self.deal_ttl_ms = deal_ttl_ms
+        if deadline_ms is None and fast is not None:
+            deadline_ms = int(fast.timeout * 1000) // 2
+        self.deadline_ms = deadline_ms
 
         def script(name: str) -> _Script:
             source = _load(name)
@@ -263,6 +282,12 @@ class HotState:
         self._loss = script("loss.lua")
         self._track = script("track.lua")
         self._playout = script("playout.lua")
+
+    def _deadline(self) -> int:
+        """The epoch ms after which a script sent now must change nothing (0: no deadline)."""
+        if self.deadline_ms is None:
+            return 0
+        return int(time.time() * 1000) + self.deadline_ms
 
     async def reserve(
         self,
@@ -308,6 +333,7 @@ class HotState:
             expires_ms,
             max(expires_ms - now_ms, 0) + self.retention_ms,
             offer_id,
+            self._deadline(),
         ]
         argv.extend(chain.from_iterable(offer.items()))  # the offer's fields as name, value pairs
         keys = [
@@ -321,6 +347,8 @@ class HotState:
         if int(result[0]) == 1:
             return Reserved(offer_id, Budget(int(result[1]), int(result[2]), int(result[3])))
         reason = _text(result[1])
+        if reason == "late":
+            raise _late()
         budget = (
             None
             if reason == "unknown_campaign"
@@ -365,10 +393,13 @@ class HotState:
             deal_id,
             self.deal_ttl_ms,
             self.retention_ms,
+            self._deadline(),
         ]
         result = await self._respond(keys, args)
         if int(result[0]) == 0:
             reason = _text(result[1])
+            if reason == "late":
+                raise _late()
             return NotAnswered(
                 "above_bid" if reason == "above_bid" else "not_found", _text(result[2])
             )

@@ -7,6 +7,16 @@ local function num(v)
   return tonumber(v)
 end
 
+-- True when this script runs after `deadline` (epoch ms from the caller's clock; 0: none). The
+-- caller stops waiting for the reply then and answers "unavailable, retry", so a script that
+-- arrives late (Redis stalled, a backlog) must change nothing: that answer has to be true.
+local function too_late(deadline)
+  deadline = tonumber(deadline) or 0
+  if deadline <= 0 then return false end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > deadline
+end
+
 local function hash_to_table(flat)
   local t = {}
   for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end

@@ -6,8 +6,10 @@
 --       5 expiry zset
 -- ARGV: 1 campaign id, 2 price, 3 daily limit (-1: none), 4 frequency cap (-1: none),
 --       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms, 9 offer id,
---       10.. offer field/value pairs (the offer hash, `status` added)
+--       10 deadline (epoch ms, 0: none; see too_late), 11.. offer field/value pairs (the offer
+--       hash, `status` added)
 -- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}.
+if too_late(ARGV[10]) then return {0, 'late', 0, 0, 0} end
 local cid, price = ARGV[1], tonumber(ARGV[2])
 local daily_limit, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
 local b = redis.call('HMGET', KEYS[1], cid .. ':t', cid .. ':r', cid .. ':s')
@@ -34,7 +36,7 @@ end
 if cap >= 0 and redis.call('HINCRBY', KEYS[3], freq_field, 1) == 1 then
   redis.call('PEXPIRE', KEYS[3], 7200000)
 end
-redis.call('HSET', KEYS[4], 'status', 'open', unpack(ARGV, 10))
+redis.call('HSET', KEYS[4], 'status', 'open', unpack(ARGV, 11))
 redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[8]))
 redis.call('ZADD', KEYS[5], tonumber(ARGV[7]), ARGV[9])
 return {1, total, reserved + price, spent}

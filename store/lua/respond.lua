@@ -4,8 +4,9 @@
 --       5 record queue, 6 expiry zset, 7 billing codes hash, 8 deal hash (accept only)
 -- ARGV: 1 action (accept|reject), 2 publisher id, 3 now_ms, 4 today, 5 yesterday,
 --       6 accepted price (accept) or '' , 7 record payload (JSON), 8 deal id, 9 deal ttl ms,
---       10 offer key ttl ms after resolution
+--       10 offer key ttl ms after resolution, 11 deadline (epoch ms, 0: none; see too_late)
 -- Returns {1, campaign id, billing code or false, total, reserved, spent} or {0, reason, detail}
+if too_late(ARGV[11]) then return {0, 'late', ''} end
 local offer_flat = redis.call('HGETALL', KEYS[1])
 if #offer_flat == 0 then return {0, 'not_found', ''} end
 local offer = hash_to_table(offer_flat)

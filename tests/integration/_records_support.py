@@ -79,7 +79,7 @@ def _fields(channel: str) -> dict[str, str]:
     return fields
 
 
-async def _reserve(
+async def reserve_offer(
     hot: HotState, camp: CampaignInfo, channel: str, ttl: timedelta = timedelta(minutes=5)
 ) -> str:
     now = datetime.now(UTC)
@@ -88,7 +88,7 @@ async def _reserve(
     return made.offer_id
 
 
-def _billing(gross: int) -> dict[str, Any]:
+def billing_payload(gross: int) -> dict[str, Any]:
     net, commission = split_gross(gross, RATE)
     return {
         "billing_id": str(uuid.uuid4()),
@@ -110,9 +110,14 @@ def _tracking(event: str) -> dict[str, Any]:
 
 
 async def core_accept_and_play(hot: HotState, camp: CampaignInfo) -> Expected:
-    offer_id = await _reserve(hot, camp, "core")
+    offer_id = await reserve_offer(hot, camp, "core")
     answered = await hot.respond(
-        offer_id, PUB, "accept", datetime.now(UTC), _billing(ACCEPTED), accepted_micros=ACCEPTED
+        offer_id,
+        PUB,
+        "accept",
+        datetime.now(UTC),
+        billing_payload(ACCEPTED),
+        accepted_micros=ACCEPTED,
     )
     deal_id = answered.deal_id  # type: ignore[union-attr]
     played = await hot.confirm_playout(
@@ -124,23 +129,25 @@ async def core_accept_and_play(hot: HotState, camp: CampaignInfo) -> Expected:
 
 
 async def core_reject(hot: HotState, camp: CampaignInfo) -> Expected:
-    offer_id = await _reserve(hot, camp, "core")
+    offer_id = await reserve_offer(hot, camp, "core")
     await hot.respond(offer_id, PUB, "reject", datetime.now(UTC), {"rejection_reason": "full"})
     return Expected(Counter(offers=1, rejections=1), [], [offer_id], records=1)  # offer_rejected
 
 
 async def core_open(hot: HotState, camp: CampaignInfo) -> Expected:
     """Not answered yet: no record, no row; Redis holds the offer and its reservation."""
-    offer_id = await _reserve(hot, camp, "core")
+    offer_id = await reserve_offer(hot, camp, "core")
     return Expected(open_offers=[offer_id])
 
 
 async def openrtb_billed_then_lost(hot: HotState, camp: CampaignInfo) -> Expected:
-    offer_id = await _reserve(hot, camp, "openrtb")
+    offer_id = await reserve_offer(hot, camp, "openrtb")
     now = datetime.now(UTC)
-    billed = await hot.track(offer_id, "impression", now, _tracking("impression"), _billing(PRICE))
+    billed = await hot.track(
+        offer_id, "impression", now, _tracking("impression"), billing_payload(PRICE)
+    )
     assert billed == "billed"
-    await hot.track(offer_id, "complete", now, _tracking("complete"), _billing(PRICE))
+    await hot.track(offer_id, "complete", now, _tracking("complete"), billing_payload(PRICE))
     await hot.loss(offer_id, now, {"reason": "102", "price": None, "aid": "a", "body": None})
     rows = Counter(offers=1, billing_records=1, tracking_events=2, loss_notices=1)
     # impression_billed + tracking_event (impression), tracking_event (complete), loss_notice
@@ -148,13 +155,13 @@ async def openrtb_billed_then_lost(hot: HotState, camp: CampaignInfo) -> Expecte
 
 
 async def openrtb_lost(hot: HotState, camp: CampaignInfo) -> Expected:
-    offer_id = await _reserve(hot, camp, "openrtb")
+    offer_id = await reserve_offer(hot, camp, "openrtb")
     await hot.loss(offer_id, datetime.now(UTC), {"reason": "3", "price": "1.2", "body": {"x": 1}})
     return Expected(Counter(offers=1, loss_notices=1), [], [offer_id], records=1)  # loss_notice
 
 
 async def core_expired(hot: HotState, camp: CampaignInfo) -> Expected:
-    offer_id = await _reserve(hot, camp, "core", ttl=timedelta(milliseconds=1))
+    offer_id = await reserve_offer(hot, camp, "core", ttl=timedelta(milliseconds=1))
     await asyncio.sleep(0.005)
     await hot.expire_due(datetime.now(UTC))
     return Expected(Counter(offers=1), [], [offer_id], records=1)  # offer_expired

@@ -27,7 +27,7 @@ from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING, basic_
 from tests.integration._core_helpers import live_app
 from tests.integration._records_support import (
     ACCEPTED,
-    _billing,
+    billing_payload,
     core_reject,
     drain,
     make_records,
@@ -80,7 +80,7 @@ async def test_offer_and_deal_lookups_from_redis_then_postgres(
     assert live.json()["expires_at"].startswith(str(now.year + 1))
 
     answered = await hot.respond(
-        offer_id, PUB, "accept", now, _billing(ACCEPTED), accepted_micros=ACCEPTED
+        offer_id, PUB, "accept", now, billing_payload(ACCEPTED), accepted_micros=ACCEPTED
     )
     assert isinstance(answered, Answered)
     deal_id = answered.deal_id
