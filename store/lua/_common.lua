@@ -23,6 +23,14 @@ local function hash_to_table(flat)
   return t
 end
 
+-- True when spending `amount` more would take the campaign past its total. A reservation was
+-- checked against the total when it was made, so this happens only when an operator lowered
+-- the total below what was already reserved: the reservation cannot be honoured any more.
+local function over_total(budget_key, cid, amount)
+  local b = redis.call('HMGET', budget_key, cid .. ':t', cid .. ':s')
+  return b[1] ~= false and num(b[2]) + amount > num(b[1])
+end
+
 local function day_key_for(offer, today_key, yesterday_key, today, yesterday)
   if offer['day'] == today then return today_key end
   if offer['day'] == yesterday then return yesterday_key end

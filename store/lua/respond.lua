@@ -1,5 +1,6 @@
 -- A publisher answers an offer: accept (settle at the accepted price) or reject (release).
--- Exactly one answer wins; an offer past its expiry is expired here and answered "not found".
+-- Exactly one answer wins; an offer past its expiry is expired here and answered "not found",
+-- and so is an accept its campaign's total (lowered since the offer) can no longer pay.
 -- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
 --       5 record queue, 6 expiry zset, 7 billing codes hash, 8 deal hash (accept only)
 -- ARGV: 1 action (accept|reject), 2 publisher id, 3 now_ms, 4 today, 5 yesterday,
@@ -27,6 +28,12 @@ local b
 if ARGV[1] == 'accept' then
   local accepted = tonumber(ARGV[6])
   if accepted > tonumber(offer['price']) then return {0, 'above_bid', offer['price']} end
+  if over_total(KEYS[2], offer['campaign'], accepted) then  -- the budget was lowered since
+    settle(KEYS[2], day_key, KEYS[1], offer, 'expired', 0, now)
+    redis.call('ZREM', KEYS[6], offer['offer_id'])
+    enqueue(KEYS[5], 'offer_expired', offer, '{}', {})
+    return {0, 'not_found', ''}
+  end
   b = settle(KEYS[2], day_key, KEYS[1], offer, 'accepted', accepted, now)
   redis.call('HSET', KEYS[1], 'deal_id', ARGV[8], 'accepted_price', ARGV[6])
   offer['deal_id'] = ARGV[8]

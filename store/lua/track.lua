@@ -1,5 +1,6 @@
 -- A tracking pixel fired. Every call is recorded; an OpenRTB `impression` on an open bid bills
--- it (spend at the bid price, a billing record), exactly once however often it fires.
+-- it (spend at the bid price, a billing record), exactly once however often it fires, unless
+-- its campaign's total was lowered below what that would spend (then it is only recorded).
 -- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
 --       5 record queue, 6 expiry zset, 7 billing codes hash
 -- ARGV: 1 now_ms, 2 today, 3 yesterday, 4 event name, 5 event payload (JSON),
@@ -12,7 +13,8 @@ local now = tonumber(ARGV[1])
 local status = 'recorded'
 local extra = {billed = false}
 if ARGV[4] == 'impression' and offer['channel'] == 'openrtb' and offer['status'] == 'open'
-    and tonumber(offer['expires_ms']) > now then
+    and tonumber(offer['expires_ms']) > now
+    and not over_total(KEYS[2], offer['campaign'], tonumber(offer['price'])) then
   settle(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[2], ARGV[3]), KEYS[1], offer,
          'billed', tonumber(offer['price']), now)
   redis.call('ZREM', KEYS[6], offer['offer_id'])

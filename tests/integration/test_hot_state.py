@@ -164,3 +164,44 @@ async def test_every_key_a_reservation_writes_expires(redis_client: Redis) -> No
         assert await redis_client.exists(key), key
         assert await redis_client.pttl(key) > 0, key
     assert int(await redis_client.hget(keys[1], f"{CAMPAIGN}:{SCREEN_MOVING}") or 0) == 3
+
+
+async def test_a_total_lowered_below_the_reservations_is_never_overspent(
+    redis_client: Redis,
+) -> None:
+    """Decisions 4: a campaign never spends more than its budget. Offers reserved under a
+    total of 10 cents, then the operator lowers it to 6 (an import syncs the new total): the
+    accepts and impressions that fit still settle, the rest are refused (the Core offer is
+    withdrawn, 404; the impression is recorded but not billed), and spent stays within 6."""
+    hot, camp = await _hot(redis_client, "10")
+    now = datetime.now(UTC)
+
+    async def offer(channel: str) -> str:
+        fields = {"channel": channel, "publisher": PUB, "creative": "c"}
+        made = await hot.reserve(
+            camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), fields
+        )
+        assert isinstance(made, Reserved)
+        return made.offer_id
+
+    core = [await offer("core") for _ in range(2)]
+    rtb = [await offer("openrtb") for _ in range(2)]
+    lowered = await _hot(redis_client, "6")  # the import's sync of the new total
+    assert lowered[1].budget_micros == 6 * 1_000_000
+    results = [
+        await hot.respond(core[0], PUB, "accept", now, {}, accepted_micros=2_500_000),
+        await hot.track(rtb[0], "impression", now, {}, {}),
+        await hot.respond(core[1], PUB, "accept", now, {}, accepted_micros=2_500_000),
+        await hot.track(rtb[1], "impression", now, {}, {}),
+    ]
+    assert isinstance(results[0], Answered)
+    assert results[1] == "billed"
+    assert results[2] == NotAnswered("not_found", "")
+    assert results[3] == "recorded"
+    budget = (await hot.read_budgets(now))[CAMPAIGN]
+    assert budget.spent == 5_000_000
+    assert budget.spent <= budget.total == 6_000_000
+    assert budget.reserved == 2_500_000  # the unbilled bid, until its loss notice or expiry
+    withdrawn = await hot.offer(core[1])
+    assert withdrawn is not None
+    assert withdrawn["status"] == "expired"
