@@ -1,5 +1,6 @@
 -- An OpenRTB loss notice. The first notice for a bid is recorded and, while the bid is still
--- open, releases its reservation; a notice after billing is recorded and changes nothing.
+-- open, releases its reservation (the bid is then lost, or expired when past its expiry); a
+-- notice after billing is recorded and changes nothing.
 -- Retries only increment the counter.
 -- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
 --       5 record queue, 6 expiry zset
@@ -15,8 +16,11 @@ local now = tonumber(ARGV[1])
 local extra = {after_billing = offer['status'] == 'billed', released = 0}
 if offer['status'] == 'open' then
   extra['released'] = tonumber(offer['price'])
+  -- A bid past its expiry is expired, as an answer finds it on the Core side, whether the
+  -- sweeper got to it first or this notice did.
+  local final = tonumber(offer['expires_ms']) > now and 'lost' or 'expired'
   settle(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[2], ARGV[3]), KEYS[1], offer,
-         'lost', 0, now)
+         final, 0, now)
   redis.call('ZREM', KEYS[6], offer['offer_id'])
 end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))

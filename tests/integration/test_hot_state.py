@@ -205,3 +205,24 @@ async def test_a_total_lowered_below_the_reservations_is_never_overspent(
     withdrawn = await hot.offer(core[1])
     assert withdrawn is not None
     assert withdrawn["status"] == "expired"
+
+
+async def test_a_loss_notice_after_the_bids_expiry_expires_it(redis_client: Redis) -> None:
+    """A bid whose expiry passed is expired, not lost, whether the notice or the sweeper
+    comes first (as a Core answer past expiry expires its offer); its price is released once."""
+    hot, camp = await _hot(redis_client, "10")
+    now = datetime.now(UTC)
+    fields = {"channel": "openrtb", "publisher": PUB, "creative": "c"}
+    made = [
+        await hot.reserve(camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(seconds=1), fields)
+        for _ in range(2)
+    ]
+    assert all(isinstance(m, Reserved) for m in made)
+    early, late = (m.offer_id for m in made if isinstance(m, Reserved))
+    assert await hot.loss(early, now, {"reason": "102"}) == ("first", 1)
+    assert await hot.loss(late, now + timedelta(seconds=2), {"reason": "102"}) == ("first", 1)
+    statuses = [(await hot.offer(offer_id) or {}).get("status") for offer_id in (early, late)]
+    assert statuses == ["lost", "expired"]
+    budget = (await hot.read_budgets(now))[CAMPAIGN]
+    assert (budget.reserved, budget.spent) == (0, 0)
+    assert await hot.expire_due(now + timedelta(seconds=3)) == 0  # nothing left to release
