@@ -267,7 +267,7 @@ def _cmd_keys_revoke(args: argparse.Namespace) -> int:
 def _cmd_dev(args: argparse.Namespace) -> int:
     from bidder.dev import run_dev  # noqa: PLC0415 - dev only
 
-    return run_dev(port=args.port)
+    return run_dev(port=args.port, reset_demo=args.reset_demo)
 
 
 # -- argument parsing ------------------------------------------------------------------------
@@ -340,6 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
         "dev", help="local Redis + Postgres, demo inventory and key, serve on 127.0.0.1"
     )
     dev.add_argument("--port", type=_positive, default=8000)
+    dev.add_argument(
+        "--reset-demo",
+        action="store_true",
+        help="import the demo inventory again, undoing changes made to its items",
+    )
     dev.set_defaults(func=_cmd_dev)
 
     cli_records.register(commands)

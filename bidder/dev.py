@@ -74,20 +74,27 @@ def _dev_environment(state: dict[str, Any], port: int) -> None:
     os.environ.setdefault("BIDDER_ENV", "staging")
 
 
-async def _prepare(settings: Settings, state: dict[str, Any]) -> str:
+async def _prepare(settings: Settings, state: dict[str, Any], *, reset_demo: bool) -> str:
     """Migrate, load the demo inventory, and return a working demo API key (the one of the
     previous run while it is still valid)."""
     pool = await create_pool(settings.database_url, min_size=1, max_size=1)
     try:
         async with pool.acquire() as conn:
-            return await _prepare_on(conn, settings, state)
+            return await prepare_on(conn, settings, state, reset_demo=reset_demo)
     finally:
         await pool.close()
 
 
-async def _prepare_on(conn: Conn, settings: Settings, state: dict[str, Any]) -> str:
+async def prepare_on(
+    conn: Conn, settings: Settings, state: dict[str, Any], *, reset_demo: bool = False
+) -> str:
+    """`_prepare` on one connection. The demo inventory is imported when its publisher is not
+    there yet (a first run, an emptied database) or with `reset_demo`: a later run keeps what
+    the operator changed in it since (a paused campaign stays paused)."""
     await migrate(conn)
-    await import_document(conn, demo_document())
+    present = await conn.fetchval("SELECT 1 FROM publishers WHERE id = $1", EXAMPLE_PUBLISHER)
+    if reset_demo or not present:
+        await import_document(conn, demo_document())
     previous = state.get("api_key")
     if isinstance(previous, str) and previous.startswith(settings.key_prefix):
         alive = await conn.fetchval(
@@ -155,7 +162,7 @@ def examples(base: str, api_key: str, admin_token: str) -> str:
 """
 
 
-def run_dev(port: int) -> int:
+def run_dev(port: int, *, reset_demo: bool = False) -> int:
     """Prepare everything, serve until Ctrl-C, then stop the local servers cleanly."""
     from bidder.cli import CommandFailed, ensure_port_free, serve  # noqa: PLC0415 - cli imports this lazily
 
@@ -175,7 +182,7 @@ def run_dev(port: int) -> int:
         _dev_environment(state, port)
         settings = load_settings()
         try:
-            api_key = asyncio.run(_prepare(settings, state))
+            api_key = asyncio.run(_prepare(settings, state, reset_demo=reset_demo))
         except CONNECT_ERRORS as exc:
             raise CommandFailed(
                 f"dev: preparing Postgres failed: {describe_connect_error(exc)}"
