@@ -71,7 +71,7 @@ async def _billing(rt: Runtime, offer_id: str) -> dict[str, Any]:
     The script bills at the offer's stored price and only while it is open, so reading the
     offer first cannot bill a wrong amount; at worst the payload goes unused.
     """
-    offer = await rt.hot.offer(offer_id)
+    offer = await rt.hot.offer(offer_id, hot_path=True)
     if offer is None or offer.get("channel") != "openrtb" or offer.get("status") != "open":
         return {}
     gross = int(offer["price"])

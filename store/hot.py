@@ -266,6 +266,7 @@ class HotState:
         deadline_ms: int | None = None,
     ) -> None:
         self.redis = redis
+        self._fast = fast
         self.retention_ms = retention_ms
         self.deal_ttl_ms = deal_ttl_ms
         if deadline_ms is None and fast is not None:
@@ -499,12 +500,18 @@ class HotState:
             "new" if status == "new" else "repeat", _text(result[1]), int(result[2])
         )
 
-    async def offer(self, offer_id: str) -> dict[str, str] | None:
-        """An offer's hot record, while Redis still holds it."""
+    async def offer(self, offer_id: str, *, hot_path: bool = False) -> dict[str, str] | None:
+        """An offer's hot record, while Redis still holds it. `hot_path`: read it on the
+        pipelined connection, with the hot path's strict timeout (a request waiting on it must
+        answer "unavailable" at once when Redis stalls, not after the background timeout)."""
         shard = shard_of(offer_id)
         if shard is None:
             return None
-        raw = await self.redis.hgetall(offer_key(shard, offer_id))
+        key = offer_key(shard, offer_id)
+        if hot_path and self._fast is not None:
+            flat = await self._fast.execute("HGETALL", key)
+            return {_text(k): _text(v) for k, v in zip(flat[::2], flat[1::2], strict=True)} or None
+        raw = await self.redis.hgetall(key)
         return {_text(k): _text(v) for k, v in raw.items()} or None
 
     async def sync_inventory(

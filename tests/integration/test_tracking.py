@@ -5,6 +5,7 @@ is released at expiry."""
 from __future__ import annotations
 
 import asyncio
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator
 from decimal import Decimal
@@ -15,6 +16,8 @@ import pytest
 from bidder.runtime import utcnow
 from bidder.tracking import PIXEL
 from matching.money import split_gross
+from store.hot import HotState, connect
+from store.pipelined import PipelinedRedis
 from tests import factories as f
 from tests.conftest import ServerUrls
 from tests.integration._core_helpers import Live, live_app
@@ -180,3 +183,34 @@ async def test_a_bid_never_answered_is_released_at_expiry(servers: ServerUrls, c
         # An impression after expiry does not bill.
         assert (await live.client.get(fired(tracking_of(bid)["impression"]))).status_code == 200
         assert (await budget(live)).spent == 0
+
+
+async def test_a_stalled_redis_gets_the_pixel_a_503_at_once(live: Live) -> None:
+    """Decisions 7: with Redis unreachable the service answers at once, no hang. A Redis that
+    accepts connections and never answers (a stall) must get the impression pixel its 503
+    within the hot path's timeout, not the background clients' 2 s."""
+    impression = tracking_of(await make_bid(live))["impression"]
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100_000)  # never answers
+        await asyncio.sleep(5)
+        writer.close()
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    url = f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/0"
+    real = live.rt.hot
+    fast = PipelinedRedis(url, timeout=0.25)
+    background = connect(url, timeout=2.0)
+    live.rt.hot = HotState(background, fast=fast)
+    try:
+        started = time.monotonic()
+        response = await live.client.get(fired(impression))
+        elapsed = time.monotonic() - started
+    finally:
+        live.rt.hot = real
+        await fast.aclose()
+        await background.aclose()
+        server.close()
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert elapsed < 1.0
