@@ -30,6 +30,11 @@ log = logging.getLogger("bidder.runtime")
 
 _BUDGET_REFRESH_SECONDS = 1.0
 _BACKGROUND_REDIS_TIMEOUT = 2.0
+#: How long a caller waits for the Postgres liveness probe before calling Postgres unresponsive.
+_POSTGRES_PROBE_WAIT_SECONDS = 0.5
+#: The probe's own bound on each step (a free connection, the query, its release), so a lost
+#: connection ends it well before the pool's 60 s `command_timeout` and a fresh probe can start.
+_POSTGRES_PROBE_TIMEOUT_SECONDS = 5.0
 
 
 def utcnow() -> datetime:
@@ -58,6 +63,7 @@ class Runtime:
         self.last_postgres_error: str | None = None
         self._logged_failure: str | None = None  # the reload failure the log last reported
         self._tasks: list[asyncio.Task[None]] = []
+        self._postgres_probe: asyncio.Task[str] | None = None
         self._stopping = asyncio.Event()
         self.extra_loops: list[Callable[[Runtime], Awaitable[None]]] = []
         if settings.record_writer:
@@ -85,9 +91,14 @@ class Runtime:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        probe = self._postgres_probe
+        if probe is not None:
+            probe.cancel()  # not awaited here: on a frozen server its cancellation waits too
         if self.pool is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.pool.close(), 5)
+        if probe is not None:  # closing the pool ended its connection, so it ends now
+            await asyncio.wait({probe}, timeout=1)
         with contextlib.suppress(Exception):
             await self.fast.aclose()
         with contextlib.suppress(Exception):
@@ -113,6 +124,33 @@ class Runtime:
                 self.last_postgres_error = type(exc).__name__
                 raise
         return self.pool
+
+    async def postgres_state(self, wait: float = _POSTGRES_PROBE_WAIT_SECONDS) -> str:
+        """Postgres's state for /readyz and the endpoints that need it: "ok" when it answers
+        `SELECT 1` within `wait` seconds, else "unresponsive" or "unreachable: <exception
+        type>". One probe runs at a time in this process; callers share it and stop waiting
+        after `wait` without cancelling it, because cancelling an asyncpg call to a server
+        that does not answer waits on that server."""
+        probe = self._postgres_probe
+        if probe is None or probe.done():
+            probe = self._postgres_probe = asyncio.create_task(self._probe_postgres())
+        done, _ = await asyncio.wait({probe}, timeout=wait)
+        if not done or probe.cancelled():  # cancelled: the runtime is stopping
+            return "unresponsive"
+        return probe.result()
+
+    async def _probe_postgres(self) -> str:
+        """One liveness probe; never raises, so no probe's exception goes unretrieved when
+        every caller has stopped waiting for it."""
+        try:
+            pool = await self.connect_postgres()
+            async with pool.acquire(timeout=_POSTGRES_PROBE_TIMEOUT_SECONDS) as conn:
+                await conn.fetchval("SELECT 1", timeout=_POSTGRES_PROBE_TIMEOUT_SECONDS)
+        except TimeoutError:  # no answer in time: to the connection, or to the query
+            return "unresponsive"
+        except Exception as exc:
+            return f"unreachable: {type(exc).__name__}"
+        return "ok"
 
     async def reload_inventory(self) -> bool:
         """Build a new snapshot when the stored inventory version moved; True when it did."""

@@ -62,18 +62,29 @@ _POSTGRES_UNREACHABLE = (
 )
 
 
+def postgres_unavailable() -> Unavailable:
+    """The admin and screens endpoints' answer while Postgres cannot serve them."""
+    return Unavailable("Postgres is unavailable, retry shortly", headers={"Retry-After": "1"})
+
+
+async def answering_pool(rt: Runtime) -> asyncpg.Pool:
+    """This worker's pool once Postgres answers the liveness probe; 503 at once when it does
+    not, rather than a request held by a server that accepts connections and never answers."""
+    if await rt.postgres_state() != "ok":
+        raise postgres_unavailable()
+    return await rt.connect_postgres()
+
+
 @asynccontextmanager
 async def postgres(request: Request[Any, Any, Any]) -> AsyncIterator[Conn]:
     """A pooled Postgres connection of this worker (admin API, screens endpoints: never the
-    hot path); 503 `{error}` when Postgres cannot be reached."""
+    hot path); 503 `{error}` when Postgres cannot be reached or does not answer."""
     try:
-        pool = await runtime_of(request).connect_postgres()
+        pool = await answering_pool(runtime_of(request))
         async with pool.acquire() as conn:
             yield conn
     except _POSTGRES_UNREACHABLE as exc:  # TimeoutError is an OSError
-        raise Unavailable(
-            "Postgres is unavailable, retry shortly", headers={"Retry-After": "1"}
-        ) from exc
+        raise postgres_unavailable() from exc
 
 
 def error_parts(

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from bidder.admin._common import ADMIN_PREFIX, json_response, path_uuid, require_admin
 from bidder.errors import NotFound, Unavailable
 from bidder.runtime import Runtime
-from bidder.web import runtime_of
+from bidder.web import answering_pool, postgres_unavailable, runtime_of
 from matching.money import micros_to_cents, plain
 from store.record_rows import ms_to_time
 
@@ -72,12 +72,10 @@ async def _hot_offer(rt: Runtime, offer_id: str) -> tuple[dict[str, str] | None,
 
 async def _fetch(rt: Runtime, sql: str, *args: Any) -> list[asyncpg.Record]:
     try:
-        pool = await rt.connect_postgres()
+        pool = await answering_pool(rt)
         return await pool.fetch(sql, *args)
     except _POSTGRES_DOWN as exc:
-        raise Unavailable(
-            "Postgres is unavailable, retry shortly", headers={"Retry-After": "1"}
-        ) from exc
+        raise postgres_unavailable() from exc
 
 
 async def _offer_from_redis(rt: Runtime, hot: dict[str, str]) -> dict[str, Any]:
