@@ -78,6 +78,17 @@ async def _fetch(rt: Runtime, sql: str, *args: Any) -> list[asyncpg.Record]:
         raise postgres_unavailable() from exc
 
 
+# The admin view's statuses are the four of the contract's decisions (open, accepted,
+# rejected, expired). An OpenRTB bid's own outcomes, kept as they are in Redis and Postgres,
+# map onto them: `billed` (its impression was paid) is accepted, `lost` (its loss notice) is
+# rejected.
+_ADMIN_STATUS = {"billed": "accepted", "lost": "rejected"}
+
+
+def _admin_status(status: str | None) -> str | None:
+    return _ADMIN_STATUS.get(status, status) if status is not None else None
+
+
 async def _offer_from_redis(rt: Runtime, hot: dict[str, str]) -> dict[str, Any]:
     reason = None
     if hot.get("status") == "rejected":  # the reason travels in the record, not the hash
@@ -88,7 +99,7 @@ async def _offer_from_redis(rt: Runtime, hot: dict[str, str]) -> dict[str, Any]:
             reason = None
     return {
         "offer_id": hot["offer_id"],
-        "status": hot.get("status"),
+        "status": _admin_status(hot.get("status")),
         "screen_id": hot.get("screen"),
         "campaign_id": hot.get("campaign"),
         "bid_price_cents": micros_to_cents(int(hot["price"])),
@@ -115,7 +126,7 @@ async def get_offer(request: Request[Any, Any, Any], offer_id: FromPath[str]) ->
     return json_response(
         {
             "offer_id": row["offer_id"],
-            "status": row["status"],
+            "status": _admin_status(row["status"]),
             "screen_id": row["screen_id"],
             "campaign_id": row["campaign_id"],
             "bid_price_cents": _cents(row["bid_price_cents"]),

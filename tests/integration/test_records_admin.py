@@ -271,3 +271,50 @@ async def test_reconcile_reports_and_repairs_counters_from_the_records(
         assert again.campaigns[CAMPAIGN].spent == spent_before
         # two core_open offers per round... every open offer still reserves its price
         assert again.campaigns[CAMPAIGN].reserved == 2 * 2_500_000
+
+
+async def test_an_openrtb_bids_outcome_shows_as_one_of_the_four_statuses(
+    app_client: AsyncTestClient[Litestar], redis_client: Redis, settings: Any
+) -> None:
+    """Decisions 2: the admin offer view's status is open | accepted | rejected | expired. A
+    billed bid shows as accepted and a lost one as rejected, from Redis and from Postgres."""
+    await seed(settings.database_url, basic_document())
+    await wait_for_inventory(app_client)
+    hot = HotState(redis_client)
+    camp = build_snapshot(basic_document()).campaigns[CAMPAIGN]
+    fields = {"channel": "openrtb", "publisher": PUB, "creative": CREATIVE_VIDEO}
+    now = datetime.now(UTC)
+    bids = [
+        await hot.reserve(camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), fields)
+        for _ in range(2)
+    ]
+    billed, lost = (b.offer_id for b in bids if isinstance(b, Reserved))
+    assert (
+        await hot.track(
+            billed,
+            "impression",
+            now,
+            {"event_id": str(uuid.uuid4())},
+            {
+                "billing_id": str(uuid.uuid4()),
+                "gross_micros": 2_500_000,
+                "commission_micros": 375_000,
+                "net_micros": 2_125_000,
+                "commission_rate": "0.15",
+            },
+        )
+        == "billed"
+    )
+    assert (await hot.loss(lost, now, {"reason": "102"}))[0] == "first"
+    expected = {billed: "accepted", lost: "rejected"}
+    for offer_id, status in expected.items():
+        live = await app_client.get(f"/admin/v1/offers/{offer_id}", headers=ADMIN)
+        assert live.status_code == 200, live.text
+        assert live.json()["status"] == status
+    for offer_id, status in expected.items():
+        internal = "billed" if status == "accepted" else "lost"
+        assert await _row_status(settings.database_url, offer_id, until=internal) == internal
+        await redis_client.delete(offer_key(camp.shard, offer_id))
+        stored = await app_client.get(f"/admin/v1/offers/{offer_id}", headers=ADMIN)
+        assert stored.status_code == 200, stored.text
+        assert stored.json()["status"] == status
