@@ -30,6 +30,8 @@ log = logging.getLogger("bidder.runtime")
 
 _BUDGET_REFRESH_SECONDS = 1.0
 _BACKGROUND_REDIS_TIMEOUT = 2.0
+#: How often Redis' clock is measured again against this host's (it is also at each connect).
+_CLOCK_SYNC_SECONDS = 30.0
 #: How long a caller waits for the Postgres liveness probe before calling Postgres unresponsive.
 _POSTGRES_PROBE_WAIT_SECONDS = 0.5
 #: The probe's own bound on each step (a free connection, the query, its release), so a lost
@@ -215,9 +217,11 @@ class Runtime:
         """Refresh the local budget view one shard a tick: every campaign's figures are at most
         about `_BUDGET_REFRESH_SECONDS` old, and no tick blocks the loop for long (reading all
         2,000 campaigns of the bench inventory at once takes ~6 ms of CPU, a stall every
-        request arriving meanwhile would wait out)."""
+        request arriving meanwhile would wait out). Every `_CLOCK_SYNC_SECONDS` it also
+        measures Redis' clock again."""
         shard = 0
         seen: list[set[str]] = [set() for _ in range(SHARDS)]  # campaign ids per shard
+        next_clock_sync = time.monotonic() + _CLOCK_SYNC_SECONDS
         while await self.sleep(_BUDGET_REFRESH_SECONDS / SHARDS):
             with contextlib.suppress(RedisError, OSError):
                 fresh = await self.hot.read_budgets(utcnow(), (shard,))
@@ -226,6 +230,10 @@ class Runtime:
                 self.budgets.update(fresh)
                 seen[shard] = set(fresh)
             shard = (shard + 1) % SHARDS
+            if time.monotonic() >= next_clock_sync:  # the answer scripts' deadlines use it
+                next_clock_sync = time.monotonic() + _CLOCK_SYNC_SECONDS
+                with contextlib.suppress(RedisError, OSError):
+                    await self.fast.sync_clock()
 
     def note_budget(self, campaign_id: str, budget: Budget | None) -> None:
         """Fold a script's answer into the local budget view (today's figures kept as seen)."""

@@ -222,6 +222,10 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+#: Of the pipelined timeout, what a deadline leaves for a reply to come back in.
+_REPLY_MARGIN_S = 0.05
+
+
 def _late() -> RedisTimeoutError:
     return RedisTimeoutError("Redis ran the script after its deadline: nothing was changed")
 
@@ -246,14 +250,15 @@ class HotState:
     With `fast` (a PipelinedRedis) the scripts run auto-pipelined on it, the hot path's way;
     everything else (reads, syncs) goes through the redis-py client.
 
-    The reservation and the answer to an offer carry a deadline: half of `fast`'s timeout
-    after they are sent (`deadline_ms`, or none without `fast`). Past it the script changes
-    nothing and answers "late", raised here as a Redis timeout. The caller gives up waiting
-    only after the whole timeout, so when it answers "unavailable, retry" nothing was reserved
-    or settled, and the publisher's retry finds the offer still open (an answer script run
-    after a Redis stall used to settle the deal that the 503 said had not happened). The other
-    half of the timeout is the margin for the reply's way back and for the two clocks (Redis'
-    `TIME` and this host's): keep the hosts' clocks synchronised well within it.
+    The reservation and the answer to an offer carry a deadline (with `fast` only): a script
+    that Redis runs after it changes nothing and answers "late", raised here as a Redis
+    timeout, so the caller's "unavailable, retry" is true (an answer script run after a Redis
+    stall used to settle the deal that the 503 said had not happened). `fast` fails every call
+    in flight once its oldest is `timeout` old, so the deadline is that oldest call's send
+    time plus the timeout, less a margin for the reply's way back (`_REPLY_MARGIN_S`), on
+    Redis' clock (`fast.clock_offset`, measured at each connect and refreshed by the runtime).
+    What the margin cannot cover: a script run in time whose reply is held past the timeout
+    (an fsync stall under `appendfsync always`) is still answered 503.
     """
 
     def __init__(
@@ -263,15 +268,11 @@ class HotState:
         fast: PipelinedRedis | None = None,
         retention_ms: int = 25 * 3_600_000,
         deal_ttl_ms: int = 30 * 86_400_000,
-        deadline_ms: int | None = None,
     ) -> None:
         self.redis = redis
         self._fast = fast
         self.retention_ms = retention_ms
         self.deal_ttl_ms = deal_ttl_ms
-        if deadline_ms is None and fast is not None:
-            deadline_ms = int(fast.timeout * 1000) // 2
-        self.deadline_ms = deadline_ms
 
         def script(name: str) -> _Script:
             source = _load(name)
@@ -285,10 +286,14 @@ class HotState:
         self._playout = script("playout.lua")
 
     def _deadline(self) -> int:
-        """The epoch ms after which a script sent now must change nothing (0: no deadline)."""
-        if self.deadline_ms is None:
+        """The epoch ms (Redis' clock) after which a script sent now must change nothing; 0
+        (none) without a pipelined connection, whose caller waits for the reply however long."""
+        fast = self._fast
+        if fast is None:
             return 0
-        return int(time.time() * 1000) + self.deadline_ms
+        sent = time.time() - fast.oldest_pending_age()  # when the timeout's clock started
+        margin = min(_REPLY_MARGIN_S, fast.timeout / 2)
+        return int((sent + fast.timeout - margin + fast.clock_offset) * 1000)
 
     async def reserve(
         self,

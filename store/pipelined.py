@@ -82,6 +82,8 @@ class PipelinedRedis:
         self._flush_scheduled = False
         self._watchdog: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Redis' clock minus this host's, in seconds, measured at each connect (`sync_clock`).
+        self.clock_offset = 0.0
 
     # -- connection --------------------------------------------------------------------------
 
@@ -106,6 +108,22 @@ class PipelinedRedis:
         replies = [self._enqueue(loop, command) for command in setup]
         for reply in replies:
             await reply
+        await self._measure_clock(self._enqueue(loop, ("TIME",)))
+
+    async def sync_clock(self) -> None:
+        """Measure Redis' clock against this host's again (`clock_offset`)."""
+        await self._measure_clock(self.execute("TIME"))
+
+    async def _measure_clock(self, time_reply: Any) -> None:
+        before = time.time()
+        seconds, micros = await time_reply
+        after = time.time()  # Redis read its clock about halfway through the round trip
+        self.clock_offset = int(seconds) + int(micros) / 1e6 - (before + after) / 2
+
+    def oldest_pending_age(self) -> float:
+        """Seconds since the oldest call still waiting for its reply was sent (0: none). A
+        timeout fails every call in flight once that one is `timeout` old."""
+        return time.monotonic() - self._pending[0][1] if self._pending else 0.0
 
     async def _ensure_connected(self) -> None:
         if self._transport is not None and not self._transport.is_closing():

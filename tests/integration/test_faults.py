@@ -155,6 +155,7 @@ async def test_postgres_stopped_under_load_then_everything_drains_exactly_once(
     async with pool.acquire() as conn:
         await assert_exactly_once(conn, expected)
         await assert_balanced(redis, conn)
+    assert await pending_count(redis) == 0
 
 
 async def test_a_writer_cancelled_mid_batch_is_taken_over(
@@ -193,6 +194,7 @@ async def test_a_writer_cancelled_mid_batch_is_taken_over(
     async with pool.acquire() as conn:
         await assert_exactly_once(conn, expected)
         await assert_balanced(redis, conn)
+    assert await pending_count(redis) == 0
 
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -275,6 +277,7 @@ async def test_the_same_entries_written_by_two_writers_at_once_make_one_row_each
     async with pool.acquire() as conn:
         await assert_exactly_once(conn, expected)
         await assert_balanced(redis, conn)
+    assert await pending_count(redis) == 0
 
 
 async def test_redis_killed_and_restarted_loses_nothing_acknowledged(
@@ -302,51 +305,103 @@ async def test_redis_killed_and_restarted_loses_nothing_acknowledged(
     async with pool.acquire() as conn:
         await assert_exactly_once(conn, expected)
         await assert_balanced(redis, conn)
+    assert await pending_count(redis) == 0
 
 
 async def test_an_answer_redis_runs_after_the_caller_gave_up_changes_nothing(
     fresh: tuple[Servers, Redis, asyncpg.Pool],
 ) -> None:
-    """Redis stalls (here: SIGSTOP) with an accept and a reservation in flight. The caller
-    times out and answers 503 "retry"; when Redis resumes, the scripts must not settle the
-    deal or reserve the price that answer said did not happen, so the publisher's retry finds
-    the offer still open and gets its deal."""
+    """Redis stalls (here: SIGSTOP) with accepts and a reservation in flight. The caller times
+    out and answers 503 "retry"; when Redis resumes, the scripts must not settle the deals or
+    reserve the price that answer said did not happen, so the publisher's retry finds the
+    offer still open and gets its deal. The second accept and the reservation are sent just
+    before the first call times out and Redis resumes at once: every call in flight fails
+    with the oldest, so their deadline is the oldest's, not theirs."""
     servers, redis, _ = fresh
     _, camp = await prepare(redis, servers.postgres.url)
     fast = PipelinedRedis(servers.redis.url, timeout=0.25)
     hot = HotState(redis, fast=fast)
-    offer_id = await reserve_offer(hot, camp, "core")
+    first, second = [await reserve_offer(hot, camp, "core") for _ in range(2)]
     loaded = await reserve_offer(hot, camp, "core")  # both scripts loaded before the stall
     await hot.respond(loaded, PUB, "reject", datetime.now(UTC), {"rejection_reason": None})
     before = (await hot.read_budgets(datetime.now(UTC)))[camp.id]
     queued = sum([await redis.xlen(key) for key in queue_keys()])
     proc = servers.redis.proc
     assert proc is not None
-    now = datetime.now(UTC)
     billing = billing_payload(ACCEPTED)
-    os.kill(proc.pid, signal.SIGSTOP)
-    try:
-        answer = asyncio.ensure_future(
+    await asyncio.sleep(0.3)  # the connection idle: its timeout clock starts with the next call
+
+    def accept(offer_id: str) -> asyncio.Future[Any]:
+        now = datetime.now(UTC)
+        return asyncio.ensure_future(
             hot.respond(offer_id, PUB, "accept", now, billing, accepted_micros=ACCEPTED)
         )
-        offer = asyncio.ensure_future(
-            hot.reserve(camp, PRICE, SCREEN_MOVING, now, now + timedelta(minutes=5), _CORE)
+
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        calls = [accept(first)]
+        await asyncio.sleep(0.2)
+        now = datetime.now(UTC)
+        calls.append(accept(second))
+        calls.append(
+            asyncio.ensure_future(
+                hot.reserve(camp, PRICE, SCREEN_MOVING, now, now + timedelta(minutes=5), _CORE)
+            )
         )
-        for call in (answer, offer):
+        for call in calls:
             with pytest.raises(RedisTimeoutError):
                 await call
-        await asyncio.sleep(0.3)  # well past the deadline
     finally:
-        os.kill(proc.pid, signal.SIGCONT)
+        os.kill(proc.pid, signal.SIGCONT)  # at once: the later calls' own 125 ms not yet up
     await asyncio.sleep(0.2)  # Redis runs what it had received
-    held = await hot.offer(offer_id)
-    assert held is not None
-    assert held["status"] == "open"
+    for offer_id in (first, second):
+        held = await hot.offer(offer_id)
+        assert held is not None
+        assert held["status"] == "open"
     assert (await hot.read_budgets(datetime.now(UTC)))[camp.id] == before
     assert sum([await redis.xlen(key) for key in queue_keys()]) == queued  # no record queued
 
-    retried = await hot.respond(
-        offer_id, PUB, "accept", datetime.now(UTC), billing, accepted_micros=ACCEPTED
+    for offer_id in (first, second):
+        retried = await hot.respond(
+            offer_id, PUB, "accept", datetime.now(UTC), billing, accepted_micros=ACCEPTED
+        )
+        assert isinstance(retried, Answered)
+    await fast.aclose()
+
+
+async def test_the_answer_deadline_is_on_redis_clock(
+    fresh: tuple[Servers, Redis, asyncpg.Pool],
+) -> None:
+    """The deadline is compared with Redis' `TIME`: the connection measures the offset of
+    Redis' clock at connect, so hosts whose clocks differ still answer (here the same host:
+    the offset is about nothing) and an answer still settles."""
+    servers, redis, _ = fresh
+    _, camp = await prepare(redis, servers.postgres.url)
+    fast = PipelinedRedis(servers.redis.url, timeout=0.25)
+    hot = HotState(redis, fast=fast)
+    offer_id = await reserve_offer(hot, camp, "core")
+    assert abs(fast.clock_offset) < 0.05
+    fast.clock_offset = 3600.0  # as if Redis' clock ran an hour ahead: still in time
+    await fast.sync_clock()
+    assert abs(fast.clock_offset) < 0.05  # measured again
+    fast.clock_offset = -1.0  # a stale offset a second behind: every deadline already past
+    with pytest.raises(RedisTimeoutError):
+        await hot.respond(
+            offer_id,
+            PUB,
+            "accept",
+            datetime.now(UTC),
+            billing_payload(ACCEPTED),
+            accepted_micros=ACCEPTED,
+        )
+    await fast.sync_clock()
+    answered = await hot.respond(
+        offer_id,
+        PUB,
+        "accept",
+        datetime.now(UTC),
+        billing_payload(ACCEPTED),
+        accepted_micros=ACCEPTED,
     )
-    assert isinstance(retried, Answered)
+    assert isinstance(answered, Answered)
     await fast.aclose()
