@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
 import msgspec
@@ -23,6 +23,9 @@ _FINAL = frozenset({"accepted", "rejected", "expired", "lost", "billed"})
 _STATUSES = _FINAL | {"open"}
 # Above this a NUMERIC(20, 6) column overflows: such a value is dropped (set NULL), not fatal.
 _NUMERIC_LIMIT = Decimal(10) ** 14
+# The most decimals a client-supplied number keeps (an OpenRTB audience has up to 18).
+_FINEST_DECIMALS = 20
+_FINEST = Decimal(1).scaleb(-_FINEST_DECIMALS)
 _json = msgspec.json.Decoder()
 
 
@@ -107,13 +110,21 @@ def loose_time(value: object) -> datetime | None:
 
 
 def loose_decimal(value: object) -> Decimal | None:
+    """A client-supplied number as Postgres can store it, None when it is not one or too big.
+    Digits beyond `_FINEST` decimals (`1e-16384`, which Postgres' numeric input refuses) are
+    rounded off as Postgres rounds: no column keeps that many."""
     if value is None or isinstance(value, bool):
         return None
     try:
         amount = Decimal(repr(value) if isinstance(value, float) else str(value).strip())
     except InvalidOperation:
         return None
-    return amount if amount.is_finite() and abs(amount) < _NUMERIC_LIMIT else None
+    if not amount.is_finite() or abs(amount) >= _NUMERIC_LIMIT:
+        return None
+    exponent = amount.as_tuple().exponent
+    if isinstance(exponent, int) and exponent < -_FINEST_DECIMALS:
+        amount = amount.quantize(_FINEST, rounding=ROUND_HALF_UP)
+    return amount
 
 
 def loose_int(value: object) -> int | None:

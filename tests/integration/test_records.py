@@ -324,7 +324,14 @@ async def test_client_text_postgres_cannot_hold_is_stored_not_dead_lettered(
 
 @pytest.mark.parametrize(
     ("price", "stored"),
-    [("1E+2", Decimal(100)), ("-0.5", Decimal("-0.5")), ("0.0000004", Decimal(0)), (None, None)],
+    [
+        ("1E+2", Decimal(100)),
+        ("-0.5", Decimal("-0.5")),
+        ("0.0000004", Decimal(0)),
+        ("0.0000005", Decimal("0.000001")),
+        ("1e-16384", Decimal(0)),
+        (None, None),
+    ],
 )
 async def test_amounts_an_ssp_writes_any_way_are_stored_as_their_value(
     redis_client: Redis,
@@ -334,8 +341,9 @@ async def test_amounts_an_ssp_writes_any_way_are_stored_as_their_value(
     stored: Decimal | None,
 ) -> None:
     """A loss notice's price may come as an exponent, negative, finer than the column's six
-    decimals, or not at all; each is stored as the number it is (rounded to the column) or
-    NULL, beside an exact billing amount in the same batch."""
+    decimals (even beyond what Postgres' numeric input takes), or not at all; each is stored
+    as the number it is (rounded to the column) or NULL, beside an exact billing amount in the
+    same batch, never dead-lettered (decisions: records and operations)."""
     hot, camp = await prepare(redis_client, migrated)
     now = datetime.now(UTC)
     fields = {"channel": "openrtb", "publisher": PUB, "creative": CREATIVE_VIDEO}
