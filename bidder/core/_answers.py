@@ -6,6 +6,7 @@ the screen's publisher may answer, an expired offer is not found) and settles th
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 from litestar import Request, post
@@ -35,6 +36,8 @@ from matching.money import (
     split_gross,
 )
 from store.hot import NotAnswered, random_uuid
+
+log = logging.getLogger("bidder.core")
 
 OFFER_RESPONSE = f"{CORE_PREFIX}/offers/response/{{offer_id:str}}"
 OFFER_NOT_FOUND = "Offer not found, expired, or access denied"
@@ -166,6 +169,11 @@ async def _answer(
     if isinstance(answered, NotAnswered):
         if answered.reason == "above_bid":
             raise _above_bid(int(answered.detail))
+        if answered.detail == "over_total":  # an operator lowered the budget since the offer
+            log.warning(
+                "accept refused: the campaign's lowered budget cannot pay it; offer withdrawn",
+                extra={"offer_id": offer_id},
+            )
         raise NotFound(OFFER_NOT_FOUND)
     rt.note_budget(answered.campaign_id, answered.budget)
     if action == "reject":

@@ -32,7 +32,7 @@ if ARGV[1] == 'accept' then
     settle(KEYS[2], day_key, KEYS[1], offer, 'expired', 0, now)
     redis.call('ZREM', KEYS[6], offer['offer_id'])
     enqueue(KEYS[5], 'offer_expired', offer, '{}', {})
-    return {0, 'not_found', ''}
+    return {0, 'not_found', 'over_total'}
   end
   b = settle(KEYS[2], day_key, KEYS[1], offer, 'accepted', accepted, now)
   redis.call('HSET', KEYS[1], 'deal_id', ARGV[8], 'accepted_price', ARGV[6])

@@ -196,7 +196,7 @@ async def test_a_total_lowered_below_the_reservations_is_never_overspent(
     ]
     assert isinstance(results[0], Answered)
     assert results[1] == "billed"
-    assert results[2] == NotAnswered("not_found", "")
+    assert results[2] == NotAnswered("not_found", "over_total")
     assert results[3] == "recorded"
     budget = (await hot.read_budgets(now))[CAMPAIGN]
     assert budget.spent == 5_000_000
