@@ -162,19 +162,23 @@ class PipelinedRedis:
             self._transport.write(b"".join(self._outbox))
         self._outbox.clear()
 
-    def _arm_watchdog(self) -> None:
+    def _arm_watchdog(self, delay: float | None = None) -> None:
         if self._watchdog is None and self._loop is not None:
-            self._watchdog = self._loop.call_later(self.timeout, self._check_timeouts)
+            wait = self.timeout if delay is None else delay
+            self._watchdog = self._loop.call_later(wait, self._check_timeouts)
 
     def _check_timeouts(self) -> None:
         self._watchdog = None
         if not self._pending:
             return
         _, sent_at = self._pending[0]
-        if time.monotonic() - sent_at >= self.timeout:
+        age = time.monotonic() - sent_at
+        if age >= self.timeout:
             self._fail(RedisTimeoutError(f"no reply from Redis within {self.timeout}s"))
             return
-        self._arm_watchdog()
+        # Look again when the oldest call's time is up, not a whole timeout later: a call sent
+        # just after a look would otherwise wait almost twice the timeout for its 503.
+        self._arm_watchdog(self.timeout - age)
 
     def _enqueue(self, loop: asyncio.AbstractEventLoop, command: tuple[Arg, ...]) -> Any:
         """Queue `command` for this tick's write; the future of its reply."""

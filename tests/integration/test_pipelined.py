@@ -96,3 +96,37 @@ async def test_calls_racing_the_connection_run_on_the_selected_database(
         await other.flushdb()
         await other.aclose()
         await zero.aclose()
+
+
+async def test_a_call_sent_between_two_looks_times_out_within_the_timeout() -> None:
+    """The watchdog looks again when the oldest call's time is up: a call that goes unanswered
+    fails about `timeout` after it was sent, not up to twice that (decisions: 503 within the
+    Redis timeout). The watchdog starts with the connect's TIME; the call follows 50 ms later."""
+    gate, silent = asyncio.Event(), asyncio.Event()
+
+    async def answer_time_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while not silent.is_set():  # one TIME command a read: answer it
+            if not await reader.read(1000):
+                return
+            if not silent.is_set():
+                writer.write(b"*2\r\n$10\r\n1763900000\r\n$1\r\n0\r\n")
+                await writer.drain()
+        await gate.wait()
+        writer.close()
+
+    server = await asyncio.start_server(answer_time_only, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = PipelinedRedis(f"redis://127.0.0.1:{port}/0", timeout=0.3)
+    try:
+        await client.execute("TIME")  # connected (its own TIME answered); the watchdog armed
+        silent.set()
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        with pytest.raises(RedisTimeoutError):
+            await client.execute("PING")
+        assert time.monotonic() - started < 0.45
+    finally:
+        await client.aclose()
+        gate.set()
+        server.close()
+        await server.wait_closed()
