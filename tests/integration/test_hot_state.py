@@ -215,14 +215,17 @@ async def test_a_loss_notice_after_the_bids_expiry_expires_it(redis_client: Redi
     fields = {"channel": "openrtb", "publisher": PUB, "creative": "c"}
     made = [
         await hot.reserve(camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(seconds=1), fields)
-        for _ in range(2)
+        for _ in range(3)
     ]
     assert all(isinstance(m, Reserved) for m in made)
-    early, late = (m.offer_id for m in made if isinstance(m, Reserved))
+    early, late, swept = (m.offer_id for m in made if isinstance(m, Reserved))
     assert await hot.loss(early, now, {"reason": "102"}) == ("first", 1)
     assert await hot.loss(late, now + timedelta(seconds=2), {"reason": "102"}) == ("first", 1)
-    statuses = [(await hot.offer(offer_id) or {}).get("status") for offer_id in (early, late)]
-    assert statuses == ["lost", "expired"]
+    assert await hot.expire_due(now + timedelta(seconds=2)) == 1  # the sweeper: `swept` only
+    assert await hot.loss(swept, now + timedelta(seconds=3), {"reason": "102"}) == ("first", 1)
+    statuses = [
+        (await hot.offer(offer_id) or {}).get("status") for offer_id in (early, late, swept)
+    ]
+    assert statuses == ["lost", "expired", "expired"]
     budget = (await hot.read_budgets(now))[CAMPAIGN]
-    assert (budget.reserved, budget.spent) == (0, 0)
-    assert await hot.expire_due(now + timedelta(seconds=3)) == 0  # nothing left to release
+    assert (budget.reserved, budget.spent) == (0, 0)  # each price released exactly once
