@@ -130,3 +130,26 @@ async def test_a_call_sent_between_two_looks_times_out_within_the_timeout() -> N
         gate.set()
         server.close()
         await server.wait_closed()
+
+
+async def test_a_server_refusing_time_is_still_served() -> None:
+    """The connection measures Redis' clock with TIME at connect; a proxy that refuses the
+    command must not make every call fail: the clocks are then taken as one."""
+
+    async def no_time(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        replies = iter([b"-ERR unknown command 'TIME'\r\n"])
+        while data := await reader.read(1000):
+            writer.write(next(replies, b"+PONG\r\n") * data.count(b"*"))
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(no_time, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = PipelinedRedis(f"redis://127.0.0.1:{port}/0", timeout=0.5)
+    try:
+        assert await client.execute("PING") == b"PONG"
+        assert client.clock_offset == 0.0
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
