@@ -14,7 +14,6 @@ import asyncio
 import importlib.resources
 import os
 import re
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -256,7 +255,8 @@ class HotState:
     stall used to settle the deal that the 503 said had not happened). `fast` fails every call
     in flight once its oldest is `timeout` old, so the deadline is that oldest call's send
     time plus the timeout, less a margin for the reply's way back (`_REPLY_MARGIN_S`), on
-    Redis' clock (`fast.clock_offset`, measured at each connect and refreshed by the runtime).
+    Redis' clock (`fast.clock`, measured at each connect and refreshed by the runtime, so the
+    calls wait for the connection before their deadline is set).
     What the margin cannot cover: a script run in time whose reply is held past the timeout
     (an fsync stall under `appendfsync always`) is still answered 503.
     """
@@ -285,15 +285,18 @@ class HotState:
         self._track = script("track.lua")
         self._playout = script("playout.lua")
 
+    async def _connected(self) -> None:
+        """Connect `fast` before a deadline is set: the connect measures Redis' clock."""
+        if self._fast is not None and not self._fast.is_connected:
+            await self._fast.connected()
+
     def _deadline(self) -> int:
         """The epoch ms (Redis' clock) after which a script sent now must change nothing; 0
         (none) without a pipelined connection, whose caller waits for the reply however long."""
         fast = self._fast
         if fast is None:
             return 0
-        sent = time.time() - fast.oldest_pending_age()  # when the timeout's clock started
-        margin = min(_REPLY_MARGIN_S, fast.timeout / 2)
-        return int((sent + fast.timeout - margin + fast.clock_offset) * 1000)
+        return fast.deadline_ms(min(_REPLY_MARGIN_S, fast.timeout / 2))
 
     async def reserve(
         self,
@@ -327,6 +330,7 @@ class HotState:
             "expires_ms": str(expires_ms),
             "day": day,
         }
+        await self._connected()
         argv: list[Arg] = [
             campaign.id,
             price_micros,
@@ -388,6 +392,7 @@ class HotState:
             billing_codes_key(shard),
             deal_key(shard, deal_id or offer_id),
         ]
+        await self._connected()
         args: list[Arg] = [
             action,
             publisher_id,

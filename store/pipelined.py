@@ -29,6 +29,10 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 Arg = str | int | bytes
+# After a look finds a call out of time, how long the loop gets to read a waiting reply.
+_CONFIRM_S = 0.001
+# A TIME round trip slower than this does not measure Redis' clock (it waited on something).
+_CLOCK_ROUND_TRIP_S = 0.02
 
 
 class _Protocol(asyncio.Protocol):
@@ -82,8 +86,10 @@ class PipelinedRedis:
         self._flush_scheduled = False
         self._watchdog: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: Redis' clock minus this host's, in seconds, measured at each connect (`sync_clock`).
-        self.clock_offset = 0.0
+        #: Redis' clock (epoch seconds) minus this host's monotonic clock, measured at each
+        #: connect and by `sync_clock`; None until a measurement was good enough.
+        self.clock: float | None = None
+        self._expiring: asyncio.Future[Any] | None = None  # the call a look found out of time
 
     # -- connection --------------------------------------------------------------------------
 
@@ -111,22 +117,41 @@ class PipelinedRedis:
         await self._measure_clock(self._enqueue(loop, ("TIME",)))
 
     async def sync_clock(self) -> None:
-        """Measure Redis' clock against this host's again (`clock_offset`)."""
+        """Measure Redis' clock against this host's again (`clock`)."""
         await self._measure_clock(self.execute("TIME"))
 
     async def _measure_clock(self, time_reply: Any) -> None:
-        before = time.time()
+        """Redis' clock minus this host's monotonic clock, erring low: Redis read its clock
+        at some moment of the round trip, at the latest when the reply arrived, so its time
+        minus that arrival can only be early, and so are the deadlines built on it (a later
+        one would let a script run after its caller gave up). Round trips slower than
+        `_CLOCK_ROUND_TRIP_S` (a stall, a backlog) are not used: the last good value stays."""
+        before = time.monotonic()
         try:
-            seconds, micros = await time_reply
-        except ResponseError:  # a proxy that refuses TIME: take the clocks as one, still serve
-            return
-        after = time.time()  # Redis read its clock about halfway through the round trip
-        self.clock_offset = int(seconds) + int(micros) / 1e6 - (before + after) / 2
+            reply = await time_reply
+            redis_now = int(reply[0]) + int(reply[1]) / 1e6
+        except (ResponseError, ValueError, TypeError, IndexError):
+            return  # a proxy that refuses TIME, or an odd reply: serve on the local clock
+        after = time.monotonic()
+        if after - before <= _CLOCK_ROUND_TRIP_S:
+            self.clock = redis_now - after
 
-    def oldest_pending_age(self) -> float:
-        """Seconds since the oldest call still waiting for its reply was sent (0: none). A
-        timeout fails every call in flight once that one is `timeout` old."""
-        return time.monotonic() - self._pending[0][1] if self._pending else 0.0
+    def deadline_ms(self, margin: float) -> int:
+        """The epoch ms, on Redis' clock, after which a call sent now has been given up on,
+        less `margin`: every call in flight fails once the oldest is `timeout` old."""
+        started = self._pending[0][1] if self._pending else time.monotonic()
+        clock = self.clock if self.clock is not None else time.time() - time.monotonic()
+        return int((started + self.timeout - margin + clock) * 1000)
+
+    @property
+    def is_connected(self) -> bool:
+        return self._transport is not None and not self._transport.is_closing()
+
+    async def connected(self) -> None:
+        """Connect now if not connected (the clock is measured as part of connecting)."""
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            return  # `execute` starts over on this loop
+        await self._ensure_connected()
 
     async def _ensure_connected(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
@@ -177,6 +202,14 @@ class PipelinedRedis:
         _, sent_at = self._pending[0]
         age = time.monotonic() - sent_at
         if age >= self.timeout:
+            oldest = self._pending[0][0]
+            if self._expiring is not oldest and self._loop is not None:
+                # Let the loop read its sockets once before failing: after a stall of this
+                # loop (uvloop runs due timers before polling), the reply may be waiting
+                # unread, and a call Redis answered in time must not be reported as a timeout.
+                self._expiring = oldest
+                self._watchdog = self._loop.call_later(_CONFIRM_S, self._check_timeouts)
+                return
             self._fail(RedisTimeoutError(f"no reply from Redis within {self.timeout}s"))
             return
         # Look again when the oldest call's time is up, not a whole timeout later: a call sent
@@ -209,6 +242,9 @@ class PipelinedRedis:
             # Used from another event loop than the one it connected on (a test harness, a
             # forked worker): start over on this loop.
             self._fail(RedisConnectionError("event loop changed"))
+            if self._watchdog is not None:  # the old loop's timer: it would never fire here
+                self._watchdog.cancel()
+                self._watchdog = None
             self._loop = None
             self._connecting = None
         await self._ensure_connected()

@@ -339,6 +339,7 @@ async def test_an_answer_redis_runs_after_the_caller_gave_up_changes_nothing(
 
     os.kill(proc.pid, signal.SIGSTOP)
     try:
+        started = time.monotonic()
         calls = [accept(first)]
         await asyncio.sleep(0.2)
         now = datetime.now(UTC)
@@ -348,6 +349,9 @@ async def test_an_answer_redis_runs_after_the_caller_gave_up_changes_nothing(
                 hot.reserve(camp, PRICE, SCREEN_MOVING, now, now + timedelta(minutes=5), _CORE)
             )
         )
+        await asyncio.sleep(0)  # both queued
+        # Sent while the first was still waiting (else this tests less than it says).
+        assert time.monotonic() - started < 0.25
         for call in calls:
             with pytest.raises(RedisTimeoutError):
                 await call
@@ -372,19 +376,18 @@ async def test_an_answer_redis_runs_after_the_caller_gave_up_changes_nothing(
 async def test_the_answer_deadline_is_on_redis_clock(
     fresh: tuple[Servers, Redis, asyncpg.Pool],
 ) -> None:
-    """The deadline is compared with Redis' `TIME`: the connection measures the offset of
-    Redis' clock at connect, so hosts whose clocks differ still answer (here the same host:
-    the offset is about nothing) and an answer still settles."""
+    """The deadline is compared with Redis' `TIME`: the connection measures Redis' clock
+    against this host's monotonic clock at connect (here the same host, so it reads as this
+    host's wall clock), and a stale measurement is replaced by `sync_clock`."""
     servers, redis, _ = fresh
     _, camp = await prepare(redis, servers.postgres.url)
     fast = PipelinedRedis(servers.redis.url, timeout=0.25)
     hot = HotState(redis, fast=fast)
     offer_id = await reserve_offer(hot, camp, "core")
-    assert abs(fast.clock_offset) < 0.05
-    fast.clock_offset = 3600.0  # as if Redis' clock ran an hour ahead: still in time
-    await fast.sync_clock()
-    assert abs(fast.clock_offset) < 0.05  # measured again
-    fast.clock_offset = -1.0  # a stale offset a second behind: every deadline already past
+    local = time.time() - time.monotonic()
+    assert fast.clock is not None
+    assert local - 0.05 < fast.clock <= local + 0.005  # measured, erring early, not late
+    fast.clock = local - 1.0  # as if Redis' clock ran a second behind: every deadline past
     with pytest.raises(RedisTimeoutError):
         await hot.respond(
             offer_id,
@@ -395,6 +398,8 @@ async def test_the_answer_deadline_is_on_redis_clock(
             accepted_micros=ACCEPTED,
         )
     await fast.sync_clock()
+    assert fast.clock is not None
+    assert abs(fast.clock - local) < 0.05  # measured again
     answered = await hot.respond(
         offer_id,
         PUB,

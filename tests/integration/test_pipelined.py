@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 
 import pytest
+import uvloop
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
@@ -148,8 +150,67 @@ async def test_a_server_refusing_time_is_still_served() -> None:
     client = PipelinedRedis(f"redis://127.0.0.1:{port}/0", timeout=0.5)
     try:
         assert await client.execute("PING") == b"PONG"
-        assert client.clock_offset == 0.0
+        assert client.clock is None  # not measured: deadlines on this host's clock
     finally:
         await client.aclose()
         server.close()
         await server.wait_closed()
+
+
+async def test_a_slow_time_reply_does_not_measure_the_clock() -> None:
+    """A TIME reply that waited on something (a stall, a backlog) says little about when Redis
+    read its clock; guessing the middle of the round trip made deadlines late. Such a sample
+    is not used: the clock stays unmeasured (this host's) or at its last good value."""
+
+    async def slow_time(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(1000):
+            await asyncio.sleep(0.1)  # the reply held back, with Redis' reading of its clock late
+            stamp = f"{time.time() + 0.1:.6f}".split(".")
+            reply = f"*2\r\n${len(stamp[0])}\r\n{stamp[0]}\r\n${len(stamp[1])}\r\n{stamp[1]}\r\n"
+            writer.write(reply.encode() * data.count(b"*"))
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(slow_time, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = PipelinedRedis(f"redis://127.0.0.1:{port}/0", timeout=0.5)
+    try:
+        await client.connected()
+        assert client.clock is None
+        client.clock = 12.5
+        await client.sync_clock()
+        assert client.clock == 12.5  # the last good value stays
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+
+
+def test_a_reply_that_arrived_while_the_loop_was_stalled_is_taken(servers: ServerUrls) -> None:
+    """On uvloop (granian's loop) due timers run before the sockets are read. When another
+    callback stalls the loop past the timeout while Redis answers in time, the reply is
+    waiting unread as the watchdog looks: the call must get it, not a timeout (a timeout
+    says that nothing happened, HotState's deadlines rely on it)."""
+
+    class Stalling(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            time.sleep(0.4)
+
+    async def scenario() -> object:
+        loop = asyncio.get_running_loop()
+        client = PipelinedRedis(servers.redis_url, timeout=0.25)
+        ours, theirs = socket.socketpair()
+        try:
+            await client.execute("PING")
+            await asyncio.sleep(0.3)  # idle: the watchdog starts again with the next call
+            await loop.connect_accepted_socket(Stalling, ours)
+            call = asyncio.ensure_future(client.execute("ECHO", "in time"))
+            await asyncio.sleep(0)
+            loop.call_soon(theirs.send, b"x")  # the stall begins right after the send
+            return await call
+        finally:
+            await client.aclose()
+            theirs.close()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(scenario()) == b"in time"
