@@ -66,6 +66,7 @@ class Runtime:
         self._logged_failure: str | None = None  # the reload failure the log last reported
         self._tasks: list[asyncio.Task[None]] = []
         self._postgres_probe: asyncio.Task[str] | None = None
+        self._pool_lock = asyncio.Lock()
         self._stopping = asyncio.Event()
         self.extra_loops: list[Callable[[Runtime], Awaitable[None]]] = []
         if settings.record_writer:
@@ -118,14 +119,19 @@ class Runtime:
     # -- Postgres and the snapshot -----------------------------------------------------------
 
     async def connect_postgres(self) -> asyncpg.Pool:
-        if self.pool is None:
-            try:
-                self.pool = await create_pool(self.settings.database_url)
-                self.last_postgres_error = None
-            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-                self.last_postgres_error = type(exc).__name__
-                raise
-        return self.pool
+        """This worker's pool, created on first use. Callers racing the creation share one
+        pool (each used to create its own, and all but the last were never closed)."""
+        if self.pool is not None:
+            return self.pool
+        async with self._pool_lock:
+            if self.pool is None:
+                try:
+                    self.pool = await create_pool(self.settings.database_url)
+                    self.last_postgres_error = None
+                except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+                    self.last_postgres_error = type(exc).__name__
+                    raise
+            return self.pool
 
     async def postgres_state(self, wait: float = _POSTGRES_PROBE_WAIT_SECONDS) -> str:
         """Postgres's state for /readyz and the endpoints that need it: "ok" when it answers
@@ -133,6 +139,8 @@ class Runtime:
         type>". One probe runs at a time in this process; callers share it and stop waiting
         after `wait` without cancelling it, because cancelling an asyncpg call to a server
         that does not answer waits on that server."""
+        if self._stopping.is_set():  # no new probe (and no new pool) once stopping
+            return "unresponsive"
         probe = self._postgres_probe
         if probe is None or probe.done():
             probe = self._postgres_probe = asyncio.create_task(self._probe_postgres())

@@ -3,12 +3,14 @@ and the inventory snapshot loaded; Postgres being down does not make an instance
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import asyncpg
 from litestar.testing import AsyncTestClient
 
 from bidder.app import create_app
+from bidder.runtime import Runtime
 from store.local_servers import PostgresServer, free_port
 from store.postgres import migrate
 from tests.conftest import ServerUrls, make_settings, wait_for_inventory
@@ -124,3 +126,17 @@ async def test_the_deprecation_notice_links_to_guides_that_exist(
         unknown = await client.get("/docs/../../etc/passwd")
         assert unknown.status_code == 404
         assert (await client.get("/docs/decisions")).status_code == 404
+
+
+async def test_callers_racing_the_first_connect_share_one_pool(servers: ServerUrls) -> None:
+    """Every caller of `connect_postgres` before the pool exists (readiness probes, admin
+    calls) gets the same pool: one per worker, the one `stop` closes."""
+    rt = Runtime(make_settings(servers, RECORD_WRITER="0"))
+    try:
+        pools = await asyncio.gather(*[rt.connect_postgres() for _ in range(5)])
+        assert all(pool is pools[0] for pool in pools)
+    finally:
+        await rt.stop()
+    assert rt.pool is not None
+    assert rt.pool.is_closing()
+    assert await rt.postgres_state() == "unresponsive"  # stopped: no new probe, no new pool
