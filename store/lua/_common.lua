@@ -59,3 +59,11 @@ local function enqueue(queue_key, kind, offer, payload, extra)
   redis.call('XADD', queue_key, '*', 't', kind, 'o', cjson.encode(offer), 'p', payload,
              'x', cjson.encode(extra))
 end
+
+-- Expire an open offer now: release its reservation, take it off the expiry set, record the
+-- outcome. The sweeper's way, and an answer's when the offer can no longer be honoured.
+local function expire_now(budget_key, day_key, offer_key, offer, queue_key, expiry_key, now)
+  settle(budget_key, day_key, offer_key, offer, 'expired', 0, now)
+  redis.call('ZREM', expiry_key, offer['offer_id'])
+  enqueue(queue_key, 'offer_expired', offer, '{}', {})
+end

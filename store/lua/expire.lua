@@ -16,9 +16,7 @@ if offer['status'] ~= 'open' then
   return 0
 end
 if tonumber(offer['expires_ms']) > now then return 0 end
-settle(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[3], ARGV[4]), KEYS[1], offer,
-       'expired', 0, now)
-redis.call('ZREM', KEYS[6], ARGV[1])
+expire_now(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[3], ARGV[4]), KEYS[1], offer,
+           KEYS[5], KEYS[6], now)
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))
-enqueue(KEYS[5], 'offer_expired', offer, '{}', {})
 return 1

@@ -17,9 +17,7 @@ if offer['status'] ~= 'open' or offer['channel'] ~= 'core' or offer['publisher']
 end
 local day_key = day_key_for(offer, KEYS[3], KEYS[4], ARGV[4], ARGV[5])
 if tonumber(offer['expires_ms']) <= now then
-  settle(KEYS[2], day_key, KEYS[1], offer, 'expired', 0, now)
-  redis.call('ZREM', KEYS[6], offer['offer_id'])
-  enqueue(KEYS[5], 'offer_expired', offer, '{}', {})
+  expire_now(KEYS[2], day_key, KEYS[1], offer, KEYS[5], KEYS[6], now)
   return {0, 'not_found', ''}
 end
 local code = redis.call('HGET', KEYS[7], offer['advertiser'] .. ':' .. offer['publisher'])
@@ -29,9 +27,7 @@ if ARGV[1] == 'accept' then
   local accepted = tonumber(ARGV[6])
   if accepted > tonumber(offer['price']) then return {0, 'above_bid', offer['price']} end
   if over_total(KEYS[2], offer['campaign'], accepted) then  -- the budget was lowered since
-    settle(KEYS[2], day_key, KEYS[1], offer, 'expired', 0, now)
-    redis.call('ZREM', KEYS[6], offer['offer_id'])
-    enqueue(KEYS[5], 'offer_expired', offer, '{}', {})
+    expire_now(KEYS[2], day_key, KEYS[1], offer, KEYS[5], KEYS[6], now)
     return {0, 'not_found', 'over_total'}
   end
   b = settle(KEYS[2], day_key, KEYS[1], offer, 'accepted', accepted, now)
