@@ -520,9 +520,10 @@ class HotState:
         key = offer_key(shard, offer_id)
         if hot_path and self._fast is not None:
             flat = await self._fast.execute("HGETALL", key)
-            return {_text(k): _text(v) for k, v in zip(flat[::2], flat[1::2], strict=True)} or None
-        raw = await self.redis.hgetall(key)
-        return {_text(k): _text(v) for k, v in raw.items()} or None
+            pairs: Iterable[tuple[Any, Any]] = zip(flat[::2], flat[1::2], strict=True)
+        else:
+            pairs = (await self.redis.hgetall(key)).items()
+        return {_text(k): _text(v) for k, v in pairs} or None
 
     async def sync_inventory(
         self, totals: Mapping[str, tuple[int, int]], codes: Mapping[tuple[str, str], str]

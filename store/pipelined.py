@@ -154,7 +154,7 @@ class PipelinedRedis:
         await self._ensure_connected()
 
     async def _ensure_connected(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
+        if self.is_connected:
             return
         if self._connecting is None:
             self._connecting = asyncio.ensure_future(self._connect())
@@ -199,10 +199,9 @@ class PipelinedRedis:
         self._watchdog = None
         if not self._pending:
             return
-        _, sent_at = self._pending[0]
+        oldest, sent_at = self._pending[0]
         age = time.monotonic() - sent_at
         if age >= self.timeout:
-            oldest = self._pending[0][0]
             if self._expiring is not oldest and self._loop is not None:
                 # Let the loop read its sockets once before failing: after a stall of this
                 # loop (uvloop runs due timers before polling), the reply may be waiting
