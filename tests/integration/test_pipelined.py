@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 import uvloop
@@ -24,6 +25,23 @@ async def piped(servers: ServerUrls, redis_client: Redis) -> AsyncIterator[Pipel
     client = PipelinedRedis(servers.redis_url, timeout=2.0)
     yield client
     await client.aclose()
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@asynccontextmanager
+async def fake_redis(handler: Handler, redis_timeout: float) -> AsyncIterator[PipelinedRedis]:
+    """A pipelined client of a made-up server answering as `handler` does."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = PipelinedRedis(f"redis://127.0.0.1:{port}/0", timeout=redis_timeout)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
 
 
 async def test_concurrent_calls_get_their_own_replies(piped: PipelinedRedis) -> None:
@@ -66,16 +84,11 @@ async def test_silent_server_times_out_and_next_call_reconnects() -> None:
         await asyncio.sleep(5)
         writer.close()
 
-    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    client = PipelinedRedis(f"redis://127.0.0.1:{port}/0", timeout=0.2)
-    started = time.monotonic()
-    with pytest.raises(RedisTimeoutError):
-        await client.execute("PING")
-    assert time.monotonic() - started < 1.0
-    await client.aclose()
-    server.close()
-    await server.wait_closed()
+    async with fake_redis(swallow, redis_timeout=0.2) as client:
+        started = time.monotonic()
+        with pytest.raises(RedisTimeoutError):
+            await client.execute("PING")
+        assert time.monotonic() - started < 1.0
 
 
 async def test_calls_racing_the_connection_run_on_the_selected_database(
@@ -116,22 +129,17 @@ async def test_a_call_sent_between_two_looks_times_out_within_the_timeout() -> N
         await gate.wait()
         writer.close()
 
-    server = await asyncio.start_server(answer_time_only, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    client = PipelinedRedis(f"redis://127.0.0.1:{port}/0", timeout=0.3)
-    try:
-        await client.execute("TIME")  # connected (its own TIME answered); the watchdog armed
-        silent.set()
-        await asyncio.sleep(0.05)
-        started = time.monotonic()
-        with pytest.raises(RedisTimeoutError):
-            await client.execute("PING")
-        assert time.monotonic() - started < 0.45
-    finally:
-        await client.aclose()
-        gate.set()
-        server.close()
-        await server.wait_closed()
+    async with fake_redis(answer_time_only, redis_timeout=0.3) as client:
+        try:
+            await client.execute("TIME")  # connected (its own TIME answered); watchdog armed
+            silent.set()
+            await asyncio.sleep(0.05)
+            started = time.monotonic()
+            with pytest.raises(RedisTimeoutError):
+                await client.execute("PING")
+            assert time.monotonic() - started < 0.45
+        finally:
+            gate.set()
 
 
 async def test_a_server_refusing_time_is_still_served() -> None:
@@ -145,16 +153,9 @@ async def test_a_server_refusing_time_is_still_served() -> None:
             await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(no_time, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    client = PipelinedRedis(f"redis://127.0.0.1:{port}/0", timeout=0.5)
-    try:
+    async with fake_redis(no_time, redis_timeout=0.5) as client:
         assert await client.execute("PING") == b"PONG"
         assert client.clock is None  # not measured: deadlines on this host's clock
-    finally:
-        await client.aclose()
-        server.close()
-        await server.wait_closed()
 
 
 async def test_a_slow_time_reply_does_not_measure_the_clock() -> None:
@@ -171,19 +172,12 @@ async def test_a_slow_time_reply_does_not_measure_the_clock() -> None:
             await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(slow_time, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    client = PipelinedRedis(f"redis://127.0.0.1:{port}/0", timeout=0.5)
-    try:
+    async with fake_redis(slow_time, redis_timeout=0.5) as client:
         await client.connected()
         assert client.clock is None
         client.clock = 12.5
         await client.sync_clock()
         assert client.clock == 12.5  # the last good value stays
-    finally:
-        await client.aclose()
-        server.close()
-        await server.wait_closed()
 
 
 def test_a_reply_that_arrived_while_the_loop_was_stalled_is_taken(servers: ServerUrls) -> None:
