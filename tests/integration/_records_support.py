@@ -21,7 +21,16 @@ from redis.asyncio import Redis
 
 from matching.money import split_gross
 from matching.snapshot import SHARDS, CampaignInfo, Snapshot, build_snapshot
-from store.hot import QUEUE_GROUP, HotState, Reserved, expiry_key, offer_key, queue_keys
+from store.hot import (
+    QUEUE_GROUP,
+    Answered,
+    HotState,
+    NotAnswered,
+    Reserved,
+    expiry_key,
+    offer_key,
+    queue_keys,
+)
 from store.postgres import Conn
 from store.records import RecordWriter, queue_stats
 from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING, basic_document, seed
@@ -109,9 +118,9 @@ def _tracking(event: str) -> dict[str, Any]:
     }
 
 
-async def core_accept_and_play(hot: HotState, camp: CampaignInfo) -> Expected:
-    offer_id = await reserve_offer(hot, camp, "core")
-    answered = await hot.respond(
+async def accept_offer(hot: HotState, offer_id: str) -> Answered | NotAnswered:
+    """The publisher's accept of `offer_id` at ACCEPTED, now."""
+    return await hot.respond(
         offer_id,
         PUB,
         "accept",
@@ -119,6 +128,11 @@ async def core_accept_and_play(hot: HotState, camp: CampaignInfo) -> Expected:
         billing_payload(ACCEPTED),
         accepted_micros=ACCEPTED,
     )
+
+
+async def core_accept_and_play(hot: HotState, camp: CampaignInfo) -> Expected:
+    offer_id = await reserve_offer(hot, camp, "core")
+    answered = await accept_offer(hot, offer_id)
     deal_id = answered.deal_id  # type: ignore[union-attr]
     played = await hot.confirm_playout(
         deal_id, PUB, datetime.now(UTC), {"played_at": None, "duration_seconds": 15}

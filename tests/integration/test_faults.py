@@ -34,12 +34,11 @@ from store.postgres import create_pool, migrate
 from store.records import RecordWriter, ensure_groups, queue_stats
 from tests.factories import CREATIVE_VIDEO, PUB, SCREEN_MOVING
 from tests.integration._records_support import (
-    ACCEPTED,
     PRICE,
     Expected,
+    accept_offer,
     assert_balanced,
     assert_exactly_once,
-    billing_payload,
     drain,
     make_records,
     pending_count,
@@ -328,14 +327,10 @@ async def test_an_answer_redis_runs_after_the_caller_gave_up_changes_nothing(
     queued = sum([await redis.xlen(key) for key in queue_keys()])
     proc = servers.redis.proc
     assert proc is not None
-    billing = billing_payload(ACCEPTED)
     await asyncio.sleep(0.3)  # the connection idle: its timeout clock starts with the next call
 
     def accept(offer_id: str) -> asyncio.Future[Any]:
-        now = datetime.now(UTC)
-        return asyncio.ensure_future(
-            hot.respond(offer_id, PUB, "accept", now, billing, accepted_micros=ACCEPTED)
-        )
+        return asyncio.ensure_future(accept_offer(hot, offer_id))
 
     os.kill(proc.pid, signal.SIGSTOP)
     try:
@@ -366,10 +361,7 @@ async def test_an_answer_redis_runs_after_the_caller_gave_up_changes_nothing(
     assert sum([await redis.xlen(key) for key in queue_keys()]) == queued  # no record queued
 
     for offer_id in (first, second):
-        retried = await hot.respond(
-            offer_id, PUB, "accept", datetime.now(UTC), billing, accepted_micros=ACCEPTED
-        )
-        assert isinstance(retried, Answered)
+        assert isinstance(await accept_offer(hot, offer_id), Answered)
     await fast.aclose()
 
 
@@ -389,24 +381,9 @@ async def test_the_answer_deadline_is_on_redis_clock(
     assert local - 0.05 < fast.clock <= local + 0.005  # measured, erring early, not late
     fast.clock = local - 1.0  # as if Redis' clock ran a second behind: every deadline past
     with pytest.raises(RedisTimeoutError):
-        await hot.respond(
-            offer_id,
-            PUB,
-            "accept",
-            datetime.now(UTC),
-            billing_payload(ACCEPTED),
-            accepted_micros=ACCEPTED,
-        )
+        await accept_offer(hot, offer_id)
     await fast.sync_clock()
     assert fast.clock is not None
     assert abs(fast.clock - local) < 0.05  # measured again
-    answered = await hot.respond(
-        offer_id,
-        PUB,
-        "accept",
-        datetime.now(UTC),
-        billing_payload(ACCEPTED),
-        accepted_micros=ACCEPTED,
-    )
-    assert isinstance(answered, Answered)
+    assert isinstance(await accept_offer(hot, offer_id), Answered)
     await fast.aclose()
