@@ -5,21 +5,17 @@ workers as counter resets)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import re
-import signal
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.conftest import ServerUrls
-from tests.e2e.test_two_workers import _free_port, _tail
+from tests.e2e.test_two_workers import _free_port, _tail, running
 from tests.integration.test_cli import cli_env
 
 HEALTHZ_COUNT = re.compile(
@@ -72,20 +68,7 @@ async def test_metrics_sum_every_workers_requests(
         assert seen == {float(sent)}
 
 
-@contextlib.contextmanager
-def _bidder_serve(env: dict[str, str], port: int, log: Path) -> Iterator[None]:
+def _bidder_serve(env: dict[str, str], port: int, log: Path) -> AbstractContextManager[None]:
     command = [sys.executable, "-m", "bidder.cli", "serve", "--workers", "2"]
     command += ["--host", "127.0.0.1", "--port", str(port)]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        yield
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the session this test started
-            proc.wait(timeout=5)
+    return running(command, env, log)

@@ -69,19 +69,27 @@ def _granian(servers: ServerUrls, log: Path) -> Iterator[str]:
         str(port),
         "bidder.app:app_from_env",
     ]
+    with running(command, env, log):
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def running(command: list[str], env: dict[str, str], log: Path) -> Iterator[None]:
+    """`command` running in a session of its own, its output in `log`; stopped with SIGTERM,
+    its whole session killed if it has not ended 15 s later."""
     with log.open("wb") as out:
         proc = subprocess.Popen(
             command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGTERM)
         try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)  # the session this test started
-                proc.wait(timeout=5)
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the session this test started
+            proc.wait(timeout=5)
 
 
 def _tail(log: Path) -> str:
