@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -60,6 +61,12 @@ _POSTGRES_UNREACHABLE = (
     asyncpg.CannotConnectNowError,
     asyncpg.InterfaceError,
 )
+
+
+def iso_utc(moment: datetime) -> str:
+    """ISO 8601 in UTC with millisecond precision: 2026-05-04T10:15:30.250Z (every timestamp
+    the APIs answer)."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def postgres_unavailable() -> Unavailable:

@@ -10,7 +10,7 @@ then.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from bidder.admin._common import ADMIN_PREFIX, json_response, path_uuid, require_admin
 from bidder.errors import NotFound, Unavailable
 from bidder.runtime import Runtime
-from bidder.web import answering_pool, postgres_unavailable, runtime_of
+from bidder.web import answering_pool, iso_utc, postgres_unavailable, runtime_of
 from matching.money import micros_to_cents, plain
 from store.record_rows import ms_to_time
 
@@ -55,7 +55,7 @@ FROM playouts WHERE deal_id = $1 ORDER BY confirmed_at
 def _iso(moment: datetime | None) -> str | None:
     if moment is None:
         return None
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_utc(moment)
 
 
 def _cents(value: Decimal | None) -> Decimal | None:

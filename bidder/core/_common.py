@@ -134,11 +134,6 @@ async def read_json_object(call: HttpCall, *, optional: bool = False) -> dict[st
     return decoded
 
 
-def iso_utc(moment: datetime) -> str:
-    """ISO 8601 in UTC with millisecond precision: 2026-05-04T10:15:30.250Z."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 

@@ -22,7 +22,6 @@ from bidder.core._common import (
     Caller,
     authorize_key,
     hot_state_errors,
-    iso_utc,
     json_body_answer,
     query_flag,
 )
@@ -30,7 +29,7 @@ from bidder.core._vast import demo_vast, offer_vast
 from bidder.errors import BadRequest, Forbidden, NotFound, Unprocessable
 from bidder.offers import MadeOffer, make_offer
 from bidder.runtime import Runtime
-from bidder.web import call_of, runtime_of
+from bidder.web import call_of, iso_utc, runtime_of
 from matching.money import MoneyError, cents_to_micros, micros_to_cents, parse_cents
 from matching.snapshot import ScreenInfo
 

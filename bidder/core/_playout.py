@@ -15,12 +15,12 @@ from bidder.core._common import (
     MAX_BODY_BYTES,
     authorize,
     hot_state_errors,
-    iso_utc,
     json_object,
     json_response,
     ms_to_datetime,
 )
 from bidder.errors import BadRequest, NotFound
+from bidder.web import iso_utc
 from matching.inventory import in_utc
 
 DEAL_NOT_FOUND = "Deal not found or access denied"
