@@ -169,6 +169,9 @@ class Runtime:
             version = await current_version(conn)
             if self.snapshot is not None and self.snapshot.version == version:
                 return False
+            # Before the read's snapshot is taken: a top-up written after this moment may be
+            # missing from the read, and the sync leaves its total alone.
+            read_since_ms = await self.hot.redis_time_ms()
             async with conn.transaction(isolation="repeatable_read", readonly=True):
                 doc = await export_document(conn)
                 keys = await load_api_keys(conn)
@@ -176,6 +179,7 @@ class Runtime:
         await self.hot.sync_inventory(
             {c.id: (c.shard, c.budget_micros) for c in snapshot.campaigns.values()},
             snapshot.billing_codes,
+            read_since_ms=read_since_ms,
         )
         self.snapshot = snapshot
         # The snapshot lives until the next inventory change: exempt it (and the rest of the

@@ -284,6 +284,9 @@ class HotState:
         self._loss = script("loss.lua")
         self._track = script("track.lua")
         self._playout = script("playout.lua")
+        # Inventory syncs and top-ups are not the hot path: over the redis-py client.
+        self._sync_totals = _ClientScript(redis, _load("sync_totals.lua"))
+        self._top_up = _ClientScript(redis, _load("top_up.lua"))
 
     async def _connected(self) -> None:
         """Connect `fast` before a deadline is set: the connect measures Redis' clock."""
@@ -526,16 +529,26 @@ class HotState:
         return {_text(k): _text(v) for k, v in pairs} or None
 
     async def sync_inventory(
-        self, totals: Mapping[str, tuple[int, int]], codes: Mapping[tuple[str, str], str]
-    ) -> None:
+        self,
+        totals: Mapping[str, tuple[int, int]],
+        codes: Mapping[tuple[str, str], str],
+        *,
+        read_since_ms: int = 0,
+    ) -> int:
         """Set every campaign's total budget (campaign id -> (shard, total micro-cents)) and copy
-        the billing codes into every shard, where the scripts read them."""
+        the billing codes into every shard, where the scripts read them.
+
+        `read_since_ms` is when the inventory read that produced `totals` began, on Redis'
+        clock (`redis_time_ms`): a total a top-up wrote at or after it is left alone, since
+        the read may predate the top-up (it used to write the old total back, until the next
+        sync). 0 writes every total. Returns how many totals were left."""
+        by_shard: dict[int, list[Arg]] = {}
+        for campaign_id, (shard, total) in totals.items():
+            by_shard.setdefault(shard, []).extend((campaign_id, total))
+        kept = 0
+        for shard, pairs in by_shard.items():
+            kept += int(await self._sync_totals([budget_key(shard)], [read_since_ms, *pairs]))
         async with self.redis.pipeline(transaction=False) as pipe:
-            by_shard: dict[int, dict[str, int]] = {}
-            for campaign_id, (shard, total) in totals.items():
-                by_shard.setdefault(shard, {})[f"{campaign_id}:t"] = total
-            for shard, mapping in by_shard.items():
-                pipe.hset(budget_key(shard), mapping=mapping)  # type: ignore[arg-type]
             code_map = {f"{adv}:{pub}": code for (adv, pub), code in codes.items()}
             for shard in range(SHARDS):
                 pipe.delete(f"{billing_codes_key(shard)}:next")
@@ -545,11 +558,17 @@ class HotState:
                 else:
                     pipe.delete(billing_codes_key(shard))
             await pipe.execute()
+        return kept
+
+    async def redis_time_ms(self) -> int:
+        """Redis' clock, epoch ms (what `sync_inventory` compares top-ups with)."""
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
 
     async def set_budget_total(self, campaign_id: str, shard: int, total_micros: int) -> None:
-        """Set one campaign's total budget at once (a top-up), ahead of the next inventory sync,
-        which writes the same value."""
-        await self.redis.hset(budget_key(shard), f"{campaign_id}:t", total_micros)
+        """Set one campaign's total budget at once (a top-up), ahead of the next inventory sync;
+        a sync whose read began before this write leaves it alone."""
+        await self._top_up([budget_key(shard)], [campaign_id, total_micros])
 
     async def read_budgets(
         self, now: datetime, shards: Iterable[int] = range(SHARDS)

@@ -229,3 +229,25 @@ async def test_a_loss_notice_after_the_bids_expiry_expires_it(redis_client: Redi
     assert statuses == ["lost", "expired", "expired"]
     budget = (await hot.read_budgets(now))[CAMPAIGN]
     assert (budget.reserved, budget.spent) == (0, 0)  # each price released exactly once
+
+
+async def test_a_sync_whose_read_predates_a_top_up_leaves_the_top_up(redis_client: Redis) -> None:
+    """A worker's inventory read began, then an operator topped the campaign up (Postgres, then
+    Redis at once), then that worker synced what it had read: the old total must not overwrite
+    the top-up (it did, until the worker's next reload, refusing bids and accepts the top-up
+    paid for). A sync whose read began after the top-up writes its total as before."""
+    hot, camp = await _hot(redis_client, "25")
+    read_began = await hot.redis_time_ms()
+    await hot.set_budget_total(CAMPAIGN, camp.shard, 40_000_000)
+    stale = {CAMPAIGN: (camp.shard, 25_000_000)}
+    assert await hot.sync_inventory(stale, {}, read_since_ms=read_began) == 1
+    assert (await hot.read_budgets(datetime.now(UTC)))[CAMPAIGN].total == 40_000_000
+
+    await asyncio.sleep(0.005)  # the stamps are milliseconds: the next read begins later
+    lowered = {CAMPAIGN: (camp.shard, 30_000_000)}  # an import lowered it after the top-up
+    assert await hot.sync_inventory(lowered, {}, read_since_ms=await hot.redis_time_ms()) == 0
+    assert (await hot.read_budgets(datetime.now(UTC)))[CAMPAIGN].total == 30_000_000
+
+    await hot.set_budget_total(CAMPAIGN, camp.shard, 50_000_000)
+    assert await hot.sync_inventory(lowered, {}) == 0  # no read time: every total written
+    assert (await hot.read_budgets(datetime.now(UTC)))[CAMPAIGN].total == 30_000_000
