@@ -9,6 +9,7 @@ whose `o` is the deal hash: it needs its deal row, written by the earlier `offer
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -374,15 +375,20 @@ class _Insert:
     there: asyncpg's binary encoding of a `Decimal` costs 2-3 us an element in the worker,
     and an accept has nine of them, while `numeric_in` costs Postgres next to nothing. The
     text of a finite `Decimal` holds only digits, `.`, `-`, `+` and `E`, nothing the array
-    syntax would read as a delimiter or a quote."""
+    syntax would read as a delimiter or a quote.
 
-    __slots__ = ("numeric", "sql")
+    A client-supplied moment (type `client_timestamptz`, stored as `timestamptz`) is sent as
+    ISO 8601 text too: asyncpg writes `datetime.min` and `datetime.max` as -infinity and
+    infinity, so a playout played at 0001-01-01T00:00:00Z was stored as -infinity (and its
+    deal could no longer be read). ISO text holds digits, `-`, `:`, `.`, `+` and `T`."""
+
+    __slots__ = ("as_text", "sql")
 
     def __init__(self, table: str, columns: str, types: str, tail: str) -> None:
         names = types.split()
-        self.numeric = tuple(name == "numeric" for name in names)
+        self.as_text = tuple(_AS_TEXT.get(name) for name in names)
         params = ", ".join(
-            f"${n}::text::numeric[]" if name == "numeric" else f"${n}::{name}[]"
+            f"${n}::text::{_TEXT_CAST[name]}[]" if name in _TEXT_CAST else f"${n}::{name}[]"
             for n, name in enumerate(names, start=1)
         )
         # Built from this module's constants only, at import.
@@ -391,13 +397,21 @@ class _Insert:
     def arguments(self, rows: list[tuple[Any, ...]]) -> list[Any]:
         """The statement's parameters for `rows`: one array (or array text) per column."""
         return [
-            _numeric_array(column) if numeric else column
-            for numeric, column in zip(self.numeric, zip(*rows, strict=True), strict=True)
+            column if text is None else _array_text(column, text)
+            for text, column in zip(self.as_text, zip(*rows, strict=True), strict=True)
         ]
 
 
-def _numeric_array(values: tuple[Decimal | None, ...]) -> str:
-    return "{" + ",".join("NULL" if value is None else str(value) for value in values) + "}"
+def _array_text(values: tuple[Any, ...], text: Callable[[Any], str]) -> str:
+    return "{" + ",".join("NULL" if value is None else text(value) for value in values) + "}"
+
+
+# Column types sent as the text of an array, and the type Postgres casts that text to.
+_TEXT_CAST = {"numeric": "numeric", "client_timestamptz": "timestamptz"}
+_AS_TEXT: dict[str, Callable[[Any], str]] = {
+    "numeric": str,
+    "client_timestamptz": datetime.isoformat,
+}
 
 
 _UPSERT_OFFER = _Insert(
@@ -435,7 +449,7 @@ _INSERT_PLAYOUT = _Insert(
     "playouts",
     "playout_id, deal_id, played_at, confirmed_at, duration_seconds, completion_rate, "
     "player_version, screen_resolution",
-    "uuid uuid timestamptz timestamptz integer numeric text text",
+    "uuid uuid client_timestamptz timestamptz integer numeric text text",
     "ON CONFLICT DO NOTHING",
 )
 _INSERT_LOSS = _Insert(

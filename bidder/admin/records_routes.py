@@ -10,7 +10,7 @@ then.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -55,6 +55,8 @@ FROM playouts WHERE deal_id = $1 ORDER BY confirmed_at
 def _iso(moment: datetime | None) -> str | None:
     if moment is None:
         return None
+    if moment.tzinfo is None:  # asyncpg's -infinity / infinity: datetime.min / datetime.max
+        moment = moment.replace(tzinfo=UTC)
     return iso_utc(moment)
 
 

@@ -318,3 +318,101 @@ async def test_an_openrtb_bids_outcome_shows_as_one_of_the_four_statuses(
         stored = await app_client.get(f"/admin/v1/offers/{offer_id}", headers=ADMIN)
         assert stored.status_code == 200, stored.text
         assert stored.json()["status"] == status
+
+
+@pytest.mark.parametrize(
+    ("played_at", "stored"),
+    [
+        # The first instant the Core API accepts: asyncpg writes datetime.min as -infinity, so it
+        # was stored as -infinity and every read of the deal answered 500.
+        ("0001-01-01T00:00:00.000Z", "0001-01-01 00:00:00+00"),
+        ("9999-12-31T23:59:59.999Z", "9999-12-31 23:59:59.999+00"),
+    ],
+)
+async def test_a_playout_at_either_end_of_the_accepted_years_is_stored_and_read_exactly(
+    app_client: AsyncTestClient[Litestar],
+    redis_client: Redis,
+    settings: Any,
+    played_at: str,
+    stored: str,
+) -> None:
+    await seed(settings.database_url, basic_document())
+    await wait_for_inventory(app_client)
+    hot = HotState(redis_client)
+    now = datetime.now(UTC)
+    made = await hot.reserve(
+        build_snapshot(basic_document()).campaigns[CAMPAIGN],
+        2_500_000,
+        SCREEN_MOVING,
+        now,
+        now + timedelta(minutes=5),
+        {"channel": "core", "publisher": PUB, "creative": CREATIVE_VIDEO},
+    )
+    assert isinstance(made, Reserved)
+    answered = await hot.respond(
+        made.offer_id, PUB, "accept", now, billing_payload(ACCEPTED), accepted_micros=ACCEPTED
+    )
+    assert isinstance(answered, Answered)
+    # The payload the Core API queues (bidder.core._playout: played_at as iso_utc makes it).
+    await hot.confirm_playout(answered.deal_id, PUB, now, {"played_at": played_at})
+    conn = await asyncpg.connect(settings.database_url)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            row = await conn.fetchval(
+                "SELECT played_at::text FROM playouts WHERE deal_id = $1", answered.deal_id
+            )
+            if row is not None or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await conn.close()
+    assert row == stored
+    deal = await app_client.get(f"/admin/v1/deals/{answered.deal_id}", headers=ADMIN)
+    assert deal.status_code == 200, deal.text
+    assert [p["played_at"] for p in deal.json()["playouts"]] == [played_at]
+
+
+async def test_a_timestamp_stored_as_infinity_reads_as_the_first_or_last_instant(
+    app_client: AsyncTestClient[Litestar], settings: Any
+) -> None:
+    """Rows written before the fix above hold -infinity; their deal reads, it does not 500."""
+    await seed(settings.database_url, basic_document())
+    await wait_for_inventory(app_client)
+    deal_id, offer_id, billing_id = (str(uuid.uuid4()) for _ in range(3))
+    conn = await asyncpg.connect(settings.database_url)
+    try:
+        await conn.execute(
+            "INSERT INTO offers (offer_id, channel, status, publisher_id, screen_id, campaign_id,"
+            " creative_id, bid_price_cents, created_at, expires_at)"
+            " VALUES ($1, 'core', 'accepted', $2, $3, $4, $5, 2.5, now(), now())",
+            offer_id,
+            PUB,
+            SCREEN_MOVING,
+            CAMPAIGN,
+            CREATIVE_VIDEO,
+        )
+        await conn.execute(
+            "INSERT INTO deals (deal_id, offer_id, publisher_id, campaign_id, gross_price_cents,"
+            " commission_cents, net_price_cents, accepted_at)"
+            " VALUES ($1, $2, $3, $4, 2, 0.3, 1.7, now())",
+            deal_id,
+            offer_id,
+            PUB,
+            CAMPAIGN,
+        )
+        await conn.execute(
+            "INSERT INTO playouts (playout_id, deal_id, played_at, confirmed_at)"
+            " VALUES ($1, $2, '-infinity', 'infinity')",
+            billing_id,
+            deal_id,
+        )
+    finally:
+        await conn.close()
+    deal = await app_client.get(f"/admin/v1/deals/{deal_id}", headers=ADMIN)
+    assert deal.status_code == 200, deal.text
+    (playout,) = deal.json()["playouts"]
+    assert (playout["played_at"], playout["confirmed_at"]) == (
+        "0001-01-01T00:00:00.000Z",
+        "9999-12-31T23:59:59.999Z",
+    )
