@@ -22,6 +22,7 @@ from bidder.core._common import (
     authorize_key,
     hot_state_errors,
     json_body_answer,
+    optional_text,
     read_json_object,
 )
 from bidder.errors import BadRequest, NotFound
@@ -76,19 +77,6 @@ def _accepted_micros(body: dict[str, Any]) -> int:
         return cents_to_micros(cents)
     except MoneyError as exc:
         raise BadRequest(f"accepted_price_cents {exc}") from None
-
-
-def _rejection_reason(body: dict[str, Any]) -> str | None:
-    reason = body.get("rejection_reason")
-    if reason is None:
-        return None
-    if not isinstance(reason, str):
-        raise BadRequest("rejection_reason must be a string")
-    if len(reason) > MAX_REASON_CHARS:
-        raise BadRequest(
-            f"rejection_reason must be at most {MAX_REASON_CHARS} characters, got {len(reason)}"
-        )
-    return reason
 
 
 def _accepted_body(
@@ -191,7 +179,9 @@ async def answer_offer(rt: Runtime, call: HttpCall, offer_id: str) -> Answer:
     body = await read_json_object(call)
     action = _action(body)
     accepted = _accepted_micros(body) if action == "accept" else 0
-    reason = _rejection_reason(body) if action == "reject" else None
+    reason = None
+    if action == "reject":
+        reason = optional_text(body, "rejection_reason", MAX_REASON_CHARS)
     if offer_id == _demo.DEMO_OFFER_ID:
         return _demo_answer(action, accepted, reason)
     return await _answer(caller, offer_id, action, accepted, reason)

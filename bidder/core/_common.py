@@ -137,5 +137,21 @@ async def read_json_object(call: HttpCall, *, optional: bool = False) -> dict[st
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def optional_text(body: dict[str, Any], name: str, max_chars: int) -> str | None:
+    """A client's optional text field, as it will be stored: a string of at most `max_chars`
+    characters without U+0000, which Postgres text cannot hold (it used to be stored altered,
+    as U+FFFD, after a 200). None when absent or null."""
+    raw = body.get(name)
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise BadRequest(f"{name} must be a string")
+    if len(raw) > max_chars:
+        raise BadRequest(f"{name} must be at most {max_chars} characters, got {len(raw)}")
+    if "\x00" in raw:
+        raise BadRequest(f"{name} must not contain the character U+0000")
+    return raw
+
+
 def ms_to_datetime(epoch_ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=epoch_ms)

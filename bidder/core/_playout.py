@@ -18,6 +18,7 @@ from bidder.core._common import (
     json_object,
     json_response,
     ms_to_datetime,
+    optional_text,
 )
 from bidder.errors import BadRequest, NotFound
 from bidder.web import iso_utc
@@ -25,6 +26,8 @@ from matching.inventory import in_utc
 
 DEAL_NOT_FOUND = "Deal not found or access denied"
 _MAX_TEXT_CHARS = 200
+#: Postgres `integer`, the column's type.
+MAX_DURATION_SECONDS = 2**31 - 1
 
 
 def _played_at(body: dict[str, Any], received: datetime) -> datetime:
@@ -55,6 +58,8 @@ def _duration(body: dict[str, Any]) -> int | None:
         raise BadRequest("duration_seconds must be a whole number of seconds")
     if raw < 0:
         raise BadRequest("duration_seconds must not be negative")
+    if raw > MAX_DURATION_SECONDS:  # the column's integer: a larger one was stored as null
+        raise BadRequest(f"duration_seconds must be at most {MAX_DURATION_SECONDS}")
     return raw
 
 
@@ -68,17 +73,6 @@ def _completion_rate(body: dict[str, Any]) -> Decimal | None:
     if not rate.is_finite() or not Decimal(0) <= rate <= Decimal(100):
         raise BadRequest("completion_rate must be a number from 0 to 100")
     return rate
-
-
-def _text(body: dict[str, Any], name: str) -> str | None:
-    raw = body.get(name)
-    if raw is None:
-        return None
-    if not isinstance(raw, str):
-        raise BadRequest(f"{name} must be a string")
-    if len(raw) > _MAX_TEXT_CHARS:
-        raise BadRequest(f"{name} must be at most {_MAX_TEXT_CHARS} characters")
-    return raw
 
 
 def _confirmed(deal_id: str, playout_id: str, confirmed: datetime, repeat: bool) -> dict[str, Any]:
@@ -105,8 +99,8 @@ async def confirm_playout(
     played_at = _played_at(body, caller.now)
     duration = _duration(body)
     rate = _completion_rate(body)
-    player_version = _text(body, "player_version")
-    screen_resolution = _text(body, "screen_resolution")
+    player_version = optional_text(body, "player_version", _MAX_TEXT_CHARS)
+    screen_resolution = optional_text(body, "screen_resolution", _MAX_TEXT_CHARS)
     if deal_id == _demo.DEMO_DEAL_ID:
         return json_response(_confirmed(deal_id, _demo.DEMO_PLAYOUT_ID, caller.now, False))
     payload = {

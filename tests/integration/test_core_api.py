@@ -463,6 +463,8 @@ _BAD_BODIES: list[tuple[str, Any, str]] = [
     ("price huge", {"action": "accept", "accepted_price_cents": 1e300}, "accepted_price_cents"),
     ("reason too long", {"action": "reject", "rejection_reason": "r" * 501}, "500"),
     ("reason a number", {"action": "reject", "rejection_reason": 7}, "rejection_reason"),
+    # Postgres text cannot hold U+0000: it was stored altered (as U+FFFD) after a 200.
+    ("reason with NUL", {"action": "reject", "rejection_reason": "a\x00b"}, "U+0000"),
     ("body a list", [{"action": "reject"}], "object"),
     ("body a string", "reject", "object"),
 ]
@@ -711,6 +713,7 @@ async def test_playout_confirmation_is_idempotent(core: Core, redis_client: Redi
         {"played_at": "2026-05-04T10:15:30+02:00"},
         {"played_at": "2026-05-04T10:15:30.250Z"},
         {"duration_seconds": 0},
+        {"duration_seconds": 2**31 - 1},  # the largest the record's integer column holds
         {"completion_rate": 0},
         {"completion_rate": 100},
         {"completion_rate": 87.5},
@@ -736,6 +739,11 @@ async def test_playout_accepts_optional_fields(core: Core, body: Any) -> None:
         ({"duration_seconds": 1.5}, "duration_seconds"),
         ({"duration_seconds": "15"}, "duration_seconds"),
         ({"duration_seconds": True}, "duration_seconds"),
+        # Past the record's integer column: it was acknowledged, then stored as null.
+        ({"duration_seconds": 2**31}, "2147483647"),
+        ({"duration_seconds": 2**70}, "2147483647"),
+        ({"player_version": "4.2\x00"}, "U+0000"),
+        ({"screen_resolution": "\x00"}, "U+0000"),
         ({"played_at": "yesterday"}, "played_at"),
         ({"played_at": "2026-13-40T00:00:00Z"}, "played_at"),
         ({"played_at": 1714817730}, "played_at"),
