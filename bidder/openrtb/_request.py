@@ -198,7 +198,9 @@ def _check_fixed_price(at: Any, imp: Imp) -> None:
 
 
 def _mimes(value: Any) -> frozenset[str] | None:
-    """The MIME types the SSP takes; None (no filter) when the request names none."""
+    """The MIME types the SSP takes: None (no filter) when the request has no `mimes`; an
+    empty list takes no type, so nothing matches (contract step 6: an asset whose type is not
+    in `video.mimes` is a no-bid)."""
     if value is None:
         return None
     if type(value) is not list:
@@ -206,7 +208,7 @@ def _mimes(value: Any) -> frozenset[str] | None:
     for mime in value:
         if type(mime) is not str:
             raise _invalid("INVALID_REQUEST", "imp[0].video.mimes must be an array of strings")
-    return frozenset([mime.strip().lower() for mime in value]) or None
+    return frozenset([mime.strip().lower() for mime in value])
 
 
 def _first_deal(imp: Imp) -> tuple[str, Decimal]:

@@ -386,6 +386,7 @@ async def test_resolution_mismatch_is_200_nbr_0(live: Live) -> None:
     [
         ({"tagid": "no-such-screen"}, "unknown tagid"),
         ({"video": {"w": 1920, "h": 1080, "mimes": ["video/webm"]}}, "MIME type not allowed"),
+        ({"video": {"w": 1920, "h": 1080, "mimes": []}}, "an empty MIME list takes no type"),
         ({"tagid": "ext-static-1", "video": {"w": 1920, "h": 1080}}, "only video fits, static"),
     ],
 )
