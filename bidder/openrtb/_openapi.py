@@ -41,7 +41,9 @@ Validation runs in this order and the first failing rule answers 400 with its co
 8. `NO_TOTAL_AUDIENCE`: no `imp[0].qty.multiplier` > 0 and, when `qty` is absent, no
    `imp[0].ext.totalaud` > 0. When `qty` is sent its multiplier is used, with no fallback.
 
-The screen is `imp[0].tagid` among the external ids of the key's publisher (unknown: 204). The
+The screen is `imp[0].tagid` among the external ids of the key's publisher (unknown: 204). An
+asset whose MIME type is not in `video.mimes` is not offered (no `mimes`: any type; an empty
+list: none, so 204). The
 minimum bid is `bidfloor` x audience / 10 cents, rounded up to a whole cent. `price` is the
 offer's **per-play price in EUR** (`bid_price_cents` / 100), not a CPM. Prices are EUR only:
 `cur` and `bidfloorcur` are not read, a `bidfloor` is always a CPM in EUR. Billing happens only on
