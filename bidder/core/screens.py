@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import uuid
 from decimal import Decimal
-from typing import Any
+from functools import lru_cache
+from typing import Any, TypeVar
 
 import asyncpg
 import msgspec
@@ -74,17 +75,23 @@ class FieldProblem(msgspec.Struct, kw_only=True):
     message: str
 
 
-def _rejected(problems: list[Problem]) -> Response[bytes]:
+def _rejected(problems: list[FieldProblem]) -> Response[bytes]:
     """400 with every problem of the screen, by field."""
-    body = {
-        "error": "The screen has problems; nothing was changed",
-        "problems": [FieldProblem(field=p.field, message=p.message) for p in problems],
-    }
+    body = {"error": "The screen has problems; nothing was changed", "problems": problems}
     return json_response(body, status=400)
 
 
-def _convert(body: dict[str, Any], into: type[msgspec.Struct], what: str) -> Any:
-    """`body` as `into`; fields the caller may not set get a message of their own."""
+def _field_problems(problems: list[Problem]) -> list[FieldProblem]:
+    return [FieldProblem(field=p.field, message=p.message) for p in problems]
+
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def _convert(body: dict[str, Any], into: type[S]) -> S | Response[bytes]:
+    """`body` as `into`, or the 400 naming every field of the wrong type, missing or unknown
+    (msgspec stops at the first; the README promises every problem). Fields the caller may not
+    set get a message of their own."""
     if "publisher_id" in body:
         raise BadRequest("publisher_id cannot be given: a screen belongs to the key's publisher")
     if "id" in body and "id" not in into.__struct_fields__:
@@ -92,7 +99,32 @@ def _convert(body: dict[str, Any], into: type[msgspec.Struct], what: str) -> Any
     try:
         return msgspec.convert(body, into)
     except msgspec.ValidationError as exc:
-        raise BadRequest(f"Invalid {what}: {exc}") from None
+        whole = str(exc)
+    fields = msgspec.structs.fields(into)
+    known = {field.encode_name for field in fields}
+    problems = [
+        FieldProblem(field=name, message="is not a screen field")
+        for name in body
+        if name not in known
+    ]
+    for field in fields:
+        if field.encode_name not in body:
+            if field.required:
+                problems.append(FieldProblem(field=field.encode_name, message="is required"))
+            continue
+        try:
+            one = _one_field(into, field.name, field.type)
+            msgspec.convert({field.name: body[field.encode_name]}, one)
+        except msgspec.ValidationError as exc:
+            message = str(exc).split(" - at ", 1)[0]
+            problems.append(FieldProblem(field=field.encode_name, message=message))
+    return _rejected(problems or [FieldProblem(field="", message=whole)])
+
+
+@lru_cache(maxsize=64)
+def _one_field(into: type[msgspec.Struct], name: str, annotation: Any) -> type[Any]:
+    """A Struct of `into`'s one field `name`, to check that field's value on its own."""
+    return msgspec.defstruct(f"{into.__name__}_{name}", [(name, annotation)])
 
 
 def _screen_id(value: str) -> str:
@@ -128,7 +160,7 @@ async def _save(conn: Conn, screen: Screen) -> Response[bytes] | None:
             # The external id's uniqueness is checked at commit; check it here instead.
             await conn.execute("SET CONSTRAINTS ALL IMMEDIATE")
     except InventoryRejected as exc:
-        return _rejected(exc.problems)
+        return _rejected(_field_problems(exc.problems))
     except asyncpg.UniqueViolationError:
         # Another request took this external id between validation and write.
         taken = Problem(
@@ -138,7 +170,7 @@ async def _save(conn: Conn, screen: Screen) -> Response[bytes] | None:
             field="external_id",
             message="is used by another screen of this publisher",
         )
-        return _rejected([taken])
+        return _rejected(_field_problems([taken]))
     return None
 
 
@@ -170,7 +202,9 @@ async def list_own_screens(request: Request[Any, Any, Any]) -> Response[bytes]:
 @post(SCREENS_PATH)
 async def register_screen(request: Request[Any, Any, Any]) -> Response[bytes]:
     caller = authorize(request)
-    body: ScreenRegistration = _convert(await json_object(request), ScreenRegistration, "screen")
+    body = _convert(await json_object(request), ScreenRegistration)
+    if isinstance(body, Response):
+        return body
     fields = msgspec.structs.asdict(body)
     screen_id = fields.pop("id") or str(uuid.uuid4())
     try:
@@ -202,7 +236,9 @@ async def update_screen(
 ) -> Response[bytes]:
     caller = authorize(request)
     screen_id = _screen_id(screen_id)
-    update: ScreenUpdate = _convert(await json_object(request), ScreenUpdate, "screen update")
+    update = _convert(await json_object(request), ScreenUpdate)
+    if isinstance(update, Response):
+        return update
     changes = {k: v for k, v in msgspec.structs.asdict(update).items() if v is not UNSET}
     async with postgres(request) as conn, conn.transaction():
         await _lock(conn, screen_id)

@@ -243,6 +243,26 @@ async def test_malformed_registrations_get_400(metro: Publisher, body: dict[str,
     assert isinstance(response.json()["error"], str)
 
 
+async def test_wrong_types_missing_and_unknown_fields_are_all_listed(metro: Publisher) -> None:
+    """The README's promise, "every problem", holds before the screen rules run too: msgspec
+    stops at the first field of a wrong type, and the answer named only that one."""
+    response = await metro.call(
+        "POST", body={"name": 7, "type": "huge", "width": "wide", "colour": "blue", "lat": "n"}
+    )
+    assert response.status_code == 400
+    problems = {p["field"]: p["message"] for p in response.json()["problems"]}
+    assert set(problems) == {"name", "type", "width", "height", "colour", "lat"}
+    assert problems["height"] == "is required"
+    assert "str" in problems["name"]
+    assert "huge" in problems["type"]
+    updated = await metro.call(
+        "PATCH", f"/{SCREEN_MOVING}", {"width": 1.5, "audience_per_play": "many"}
+    )
+    assert updated.status_code == 400
+    assert {p["field"] for p in updated.json()["problems"]} == {"width", "audience_per_play"}
+    assert len((await metro.call("GET")).json()["screens"]) == 3  # nothing was registered
+
+
 async def test_malformed_json_gets_400(metro: Publisher) -> None:
     response = await metro.client.post(
         SCREENS, content=b"{nope", headers={**metro.headers, "Content-Type": "application/json"}
