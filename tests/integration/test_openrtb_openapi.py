@@ -37,8 +37,16 @@ def test_openapi_document_is_valid_and_describes_exactly_the_interface(
     servers: ServerUrls, clean: None
 ) -> None:
     settings = queue_kept(servers)
+    key = _seed(settings)
     with TestClient(create_app(settings)) as client:
-        response = client.get(OPENAPI)
+        response = client.get(OPENAPI, headers={"Authorization": f"Bearer {key}"})
+        # "All endpoints need the Authorization header" (contract); only the loss notice is
+        # exempt, by its signature.
+        for headers in ({}, {"Authorization": "Bearer dk_stg_not-a-key"}):
+            refused = client.get(OPENAPI, headers=headers)
+            assert refused.status_code == 401, refused.text
+            assert refused.json()["error"] == "INVALID_API_KEY"
+            assert refused.headers["Deprecation"] == "true"
     assert response.status_code == 200
     assert response.headers["Deprecation"] == "true"
     assert response.headers["Link"] == f'<{MIGRATION_GUIDE}>; rel="deprecation"'
@@ -72,11 +80,11 @@ def test_schemathesis_finds_no_5xx_and_no_contradiction(servers: ServerUrls, cle
     settings = queue_kept(servers)
     key = _seed(settings)
     with TestClient(create_app(settings), base_url="http://testserver.local") as client:
-        schema = schemathesis.openapi.from_dict(client.get(OPENAPI).json())
+        auth = {"Authorization": f"Bearer {key}"}
+        schema = schemathesis.openapi.from_dict(client.get(OPENAPI, headers=auth).json())
         operations = list(schema.get_all_operations())
         assert all(isinstance(result, Ok) for result in operations), operations
         strategies = [result.ok().as_strategy() for result in operations if isinstance(result, Ok)]
-        auth = {"Authorization": f"Bearer {key}"}
 
         @hypothesis.settings(
             max_examples=60,
