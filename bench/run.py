@@ -61,7 +61,10 @@ class BenchConfig:
     root: Path = ROOT
     results: Path = report.RESULTS_DIR
     command: str = "python -m bench"
-    separate_writer: bool = False
+    # The record writer as its own process on CPU 1 (production's layout: RECORD_WRITER=0 in
+    # the web workers, `bidder writer` processes beside them); `--writer in-worker` for the
+    # worker's own writer. docs/performance.md, "Session of 2026-11-23 late night".
+    separate_writer: bool = True
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> BenchConfig:
@@ -74,7 +77,7 @@ class BenchConfig:
             root=Path(args.root),
             results=Path(args.results),
             command=args.command_line,
-            separate_writer=args.separate_writer,
+            separate_writer=args.writer == "separate",
         )
         if args.quick:
             cfg.wrk_seconds, cfg.locust_seconds, cfg.locust_users = 3.0, 8, 20
@@ -105,10 +108,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--locust-seconds", type=int, default=0, help="Locust run time")
     parser.add_argument(
-        "--separate-writer",
-        action="store_true",
-        help="drain the record queue with a `bidder writer` process on the load generator's core "
-        "(RECORD_WRITER=0 in the web worker) instead of inside the worker",
+        "--writer",
+        choices=("separate", "in-worker"),
+        default="separate",
+        help="who drains the record queue: a `bidder writer` process on the load generator's "
+        "core, the web worker running with RECORD_WRITER=0 (default), or the web worker itself",
     )
     parser.add_argument("--root", default=str(ROOT), help="working folder (servers, data)")
     parser.add_argument("--results", default=str(report.RESULTS_DIR), help="report folder")
