@@ -30,7 +30,7 @@ from granian.log import LogLevels
 from redis.exceptions import RedisError
 
 from bidder import cli_records
-from bidder.admin import UnknownPublisher, issue_key
+from bidder.admin import KeyCreated, UnknownPublisher, issue_key
 from bidder.errors import UNREADABLE_JSON
 from bidder.observability import MULTIPROCESS_DIR_ENV, multiprocess_dir
 from bidder.runtime import utcnow
@@ -237,17 +237,16 @@ def _cmd_keys_create(args: argparse.Namespace) -> int:
     if expires_at is not None and expires_at <= utcnow():
         raise CommandFailed("--expires-at must lie in the future")
 
-    async def work(conn: Conn) -> tuple[str, str]:
+    async def work(conn: Conn) -> KeyCreated:
         try:
-            created = await issue_key(conn, settings, args.publisher, expires_at)
+            return await issue_key(conn, settings, args.publisher, expires_at)
         except UnknownPublisher:
             raise CommandFailed(f"no publisher with id {args.publisher}") from None
-        return created.key_id, created.api_key
 
-    key_id, api_key = asyncio.run(_with_connection(settings, work))
-    print(f"key_id:     {key_id}")
-    print(f"api_key:    {api_key}")
-    print(f"expires_at: {expires_at.isoformat() if expires_at else 'never'}")
+    created = asyncio.run(_with_connection(settings, work))
+    print(f"key_id:     {created.key_id}")
+    print(f"api_key:    {created.api_key}")
+    print(f"expires_at: {created.expires_at or 'never'}")
     print("The key is shown only this once; it is stored as a hash.", file=sys.stderr)
     return 0
 

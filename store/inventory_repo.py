@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -341,6 +341,13 @@ def _campaign(r: asyncpg.Record) -> Campaign:
     )
 
 
+def _aware(moment: datetime | None) -> datetime | None:
+    """A stored moment as an aware datetime: asyncpg reads `infinity` / `-infinity` back as a
+    naive datetime.max / datetime.min (keys issued before expiries were kept to the
+    millisecond may hold `infinity`)."""
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
+
+
 async def load_api_keys(conn: Conn) -> dict[bytes, ApiKeyInfo]:
     """Every usable key (not revoked), by hash: the whole key cache of one worker."""
     rows = await conn.fetch(
@@ -350,7 +357,7 @@ async def load_api_keys(conn: Conn) -> dict[bytes, ApiKeyInfo]:
         bytes(r["key_hash"]): ApiKeyInfo(
             key_id=str(r["key_id"]),
             publisher_id=str(r["publisher_id"]),
-            expires_at=r["expires_at"],
+            expires_at=_aware(r["expires_at"]),
         )
         for r in rows
     }

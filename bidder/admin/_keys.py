@@ -3,7 +3,7 @@ version, so every worker's key cache follows within one reload."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -16,7 +16,7 @@ from bidder.auth import new_api_key
 from bidder.errors import BadRequest, NotFound
 from bidder.runtime import utcnow
 from bidder.settings import Settings
-from bidder.web import postgres, runtime_of
+from bidder.web import iso_utc, postgres, runtime_of
 from matching.inventory import in_utc
 from store.inventory_repo import create_api_key, revoke_api_key
 from store.postgres import Conn
@@ -29,7 +29,7 @@ class KeyRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class KeyCreated(msgspec.Struct, kw_only=True):
     key_id: str
     api_key: str
-    expires_at: datetime | None
+    expires_at: str | None  # ISO 8601 UTC to the millisecond, as every timestamp answered
 
 
 class UnknownPublisher(Exception):
@@ -48,19 +48,32 @@ def check_expiry(expires_at: datetime | None, now: datetime) -> None:
         raise BadRequest("expires_at must be in the future")
 
 
+def stored_expiry(expires_at: datetime | None) -> datetime | None:
+    """The expiry as stored and answered: in UTC, to the millisecond, truncated (a key never
+    outlives what was asked). It also keeps `9999-12-31T23:59:59.999999Z`, which asyncpg
+    writes as `infinity` and reads back naive (every call with that key answered 500), a
+    real moment."""
+    if expires_at is None:
+        return None
+    utc = expires_at.astimezone(UTC)
+    return utc.replace(microsecond=utc.microsecond // 1000 * 1000)
+
+
 async def issue_key(
     conn: Conn, settings: Settings, publisher_id: str, expires_at: datetime | None
 ) -> KeyCreated:
     """Make a key of this environment for `publisher_id`; only its hash is stored.
     UnknownPublisher when there is no such publisher. Shared by the admin API and the CLI."""
     api_key, key_hash = new_api_key(settings.key_prefix)
+    expires_at = stored_expiry(expires_at)
     try:
         key_id = await create_api_key(
             conn, publisher_id, key_hash, settings.key_prefix, settings.environment, expires_at
         )
     except asyncpg.ForeignKeyViolationError:
         raise UnknownPublisher(publisher_id) from None
-    return KeyCreated(key_id=key_id, api_key=api_key, expires_at=expires_at)
+    answered = None if expires_at is None else iso_utc(expires_at)
+    return KeyCreated(key_id=key_id, api_key=api_key, expires_at=answered)
 
 
 @post("/publishers/{publisher_id:str}/api-keys", status_code=201)

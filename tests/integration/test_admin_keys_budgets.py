@@ -18,7 +18,9 @@ import pytest
 
 from bidder.auth import authenticate
 from bidder.errors import Unauthorized
+from matching.snapshot import build_snapshot
 from store.hot import HotState, connect
+from store.inventory_repo import load_api_keys
 from tests.conftest import ServerUrls, wait_for_inventory
 from tests.factories import CAMPAIGN, PUB, SCREEN_MOVING, basic_document, make_key, seed, uid
 from tests.integration._admin_helpers import ADMIN, Client, bearer, parsed, started_client
@@ -322,3 +324,46 @@ async def test_operator_changes_leave_an_audit_line_without_the_key(
     assert lines[0][1]["key_id"] == lines[2][1]["key_id"] == key["key_id"]
     assert lines[1][1]["campaign_id"] == CAMPAIGN
     assert all(key["api_key"] not in repr(extra) for _, extra in lines)
+
+
+async def test_a_key_expiring_at_the_last_instant_of_9999_works(app_client: Client) -> None:
+    """asyncpg writes datetime.max as `infinity` and reads it back naive, which a key check
+    cannot compare with an aware now. The expiry is kept to the millisecond, in UTC, as every
+    timestamp the APIs answer, so this one is stored as 23:59:59.999, a real moment."""
+    response = await app_client.post(
+        f"/admin/v1/publishers/{PUB}/api-keys",
+        headers=ADMIN,
+        json={"expires_at": "9999-12-31T23:59:59.999999Z"},
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["expires_at"] == "9999-12-31T23:59:59.999Z"
+    await wait_for_status(app_client, response.json()["api_key"], 200)
+
+
+async def test_a_key_expiry_is_echoed_in_utc_to_the_millisecond(app_client: Client) -> None:
+    response = await app_client.post(
+        f"/admin/v1/publishers/{PUB}/api-keys",
+        headers=ADMIN,
+        json={"expires_at": "2099-06-30T14:15:16.123456+02:00"},
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["expires_at"] == "2099-06-30T12:15:16.123Z"
+
+
+async def test_a_key_stored_with_an_infinite_expiry_still_authenticates(
+    app_client: Client, servers: ServerUrls
+) -> None:
+    """Keys issued before expiries were kept to the millisecond may hold `infinity`, which
+    asyncpg reads back naive (authenticating with such a key raised TypeError: a 500). The key
+    cache reads it as the last instant, in UTC."""
+    key = await make_key(servers.database_url)
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        await conn.execute("UPDATE api_keys SET expires_at = 'infinity'")
+        keys = await load_api_keys(conn)
+    finally:
+        await conn.close()
+    snapshot = build_snapshot(basic_document(), keys, 1)
+    info = authenticate(f"Bearer {key}", snapshot, "dk_stg_", datetime.now(UTC))
+    assert info.publisher_id == PUB
+    assert info.expires_at == datetime.max.replace(tzinfo=UTC)
