@@ -334,17 +334,19 @@ def _campaign(r: asyncpg.Record) -> Campaign:
         cpm_cents=plain(r["cpm_cents"]),
         budget_cents=plain(r["budget_cents"]),
         daily_budget_cents=_dec(r["daily_budget_cents"]),
-        start_at=r["start_at"],
-        end_at=r["end_at"],
+        start_at=_aware(r["start_at"]),
+        end_at=_aware(r["end_at"]),
         max_plays_per_screen_per_hour=r["max_plays_per_screen_per_hour"],
         targeting=targeting,
     )
 
 
 def _aware(moment: datetime | None) -> datetime | None:
-    """A stored moment as an aware datetime: asyncpg reads `infinity` / `-infinity` back as a
-    naive datetime.max / datetime.min (keys issued before expiries were kept to the
-    millisecond may hold `infinity`)."""
+    """A stored moment as an aware datetime. asyncpg writes datetime.max / datetime.min (in
+    UTC) as `infinity` / `-infinity` and reads those back naive, so a campaign flying until
+    9999-12-31T23:59:59.999999Z came back without its time zone and broke every comparison
+    with now (keys issued before expiries were kept to the millisecond may hold it too). As
+    aware UTC they are exactly the moments that were written."""
     return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
 
 

@@ -3,9 +3,12 @@ trip)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
+import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -314,3 +317,40 @@ async def test_values_no_column_or_document_can_hold_are_problems_not_500(
     assert response.status_code == 400, response.text
     problems = response.json()["problems"]
     assert {(p["list"], p["index"], p["field"]) for p in problems} >= {(kind, 0, field)}
+
+
+@pytest.mark.parametrize(
+    ("start_at", "end_at"),
+    [
+        ("0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z"),
+        ("2020-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z"),
+    ],
+)
+async def test_a_flight_at_the_ends_of_the_calendar_loads_and_round_trips(
+    app_client: Client, settings: Any, start_at: str, end_at: str
+) -> None:
+    """asyncpg writes datetime.min / datetime.max as -infinity / infinity and reads them back
+    naive: a campaign flying from the first to the last instant the document accepts came back
+    without its time zone, and every offer request it could match answered 500 (matching
+    compares the flight with an aware now)."""
+    doc = full_document()
+    doc["campaigns"][0]["start_at"], doc["campaigns"][0]["end_at"] = start_at, end_at
+    doc["campaigns"][0]["targeting"] = {}  # any hour: the offer request below must match it
+    response = await put_doc(app_client, doc)
+    assert response.status_code == 200, response.text
+    exported = await app_client.get("/admin/v1/inventory", headers=ADMIN)
+    assert exported.status_code == 200, exported.text
+    campaign = next(c for c in exported.json()["campaigns"] if c["id"] == CAMPAIGN)
+    assert datetime.fromisoformat(campaign["start_at"]) == datetime.fromisoformat(start_at)
+    assert datetime.fromisoformat(campaign["end_at"]) == datetime.fromisoformat(end_at)
+    key = await make_key(settings.database_url)
+    deadline = time.monotonic() + 5
+    while True:  # the import and the key reach the worker's snapshot within a reload
+        offer = await app_client.get(
+            f"/functions/v1/api/offers/request/{SCREEN_MOVING}",
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        if offer.status_code != 401 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert offer.status_code == 200, offer.text
