@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -31,7 +31,7 @@ from matching.inventory import (
 )
 from matching.money import plain
 from matching.snapshot import ApiKeyInfo
-from store.postgres import Conn
+from store.postgres import Conn, aware
 
 Progress = Callable[[str, int, int], None]
 
@@ -334,20 +334,11 @@ def _campaign(r: asyncpg.Record) -> Campaign:
         cpm_cents=plain(r["cpm_cents"]),
         budget_cents=plain(r["budget_cents"]),
         daily_budget_cents=_dec(r["daily_budget_cents"]),
-        start_at=_aware(r["start_at"]),
-        end_at=_aware(r["end_at"]),
+        start_at=aware(r["start_at"]),
+        end_at=aware(r["end_at"]),
         max_plays_per_screen_per_hour=r["max_plays_per_screen_per_hour"],
         targeting=targeting,
     )
-
-
-def _aware(moment: datetime | None) -> datetime | None:
-    """A stored moment as an aware datetime. asyncpg writes datetime.max / datetime.min (in
-    UTC) as `infinity` / `-infinity` and reads those back naive, so a campaign flying until
-    9999-12-31T23:59:59.999999Z came back without its time zone and broke every comparison
-    with now (keys issued before expiries were kept to the millisecond may hold it too). As
-    aware UTC they are exactly the moments that were written."""
-    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
 
 
 async def load_api_keys(conn: Conn) -> dict[bytes, ApiKeyInfo]:
@@ -359,7 +350,7 @@ async def load_api_keys(conn: Conn) -> dict[bytes, ApiKeyInfo]:
         bytes(r["key_hash"]): ApiKeyInfo(
             key_id=str(r["key_id"]),
             publisher_id=str(r["publisher_id"]),
-            expires_at=_aware(r["expires_at"]),
+            expires_at=aware(r["expires_at"]),
         )
         for r in rows
     }

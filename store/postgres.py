@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+from datetime import UTC, datetime
 from decimal import Decimal
+from typing import overload
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -38,6 +40,19 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asy
     )
     assert pool is not None
     return pool
+
+
+@overload
+def aware(moment: datetime) -> datetime: ...
+@overload
+def aware(moment: None) -> None: ...
+def aware(moment: datetime | None) -> datetime | None:
+    """A `timestamptz` as read, as an aware datetime. asyncpg writes datetime.max / datetime.min
+    (in UTC) as `infinity` / `-infinity` and reads those back naive, so such a moment came back
+    without its time zone and broke every comparison with an aware now (a campaign flying
+    until 9999-12-31T23:59:59.999999Z made every offer request it could match answer 500). As
+    aware UTC they are exactly the moments that were written."""
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
 
 
 def migration_files() -> list[tuple[str, str]]:

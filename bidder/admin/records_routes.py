@@ -10,7 +10,7 @@ then.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -24,6 +24,7 @@ from bidder.errors import NotFound, Unavailable
 from bidder.runtime import Runtime
 from bidder.web import answering_pool, iso_utc, postgres_unavailable, runtime_of
 from matching.money import micros_to_cents, plain
+from store.postgres import aware
 from store.record_rows import ms_to_time
 
 _POSTGRES_DOWN = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
@@ -55,9 +56,7 @@ FROM playouts WHERE deal_id = $1 ORDER BY confirmed_at
 def _iso(moment: datetime | None) -> str | None:
     if moment is None:
         return None
-    if moment.tzinfo is None:  # asyncpg's -infinity / infinity: datetime.min / datetime.max
-        moment = moment.replace(tzinfo=UTC)
-    return iso_utc(moment)
+    return iso_utc(aware(moment))
 
 
 def _cents(value: Decimal | None) -> Decimal | None:
