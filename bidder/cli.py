@@ -30,8 +30,8 @@ from granian.log import LogLevels
 from redis.exceptions import RedisError
 
 from bidder import cli_records
-from bidder.admin import KeyCreated, UnknownPublisher, issue_key
-from bidder.errors import UNREADABLE_JSON
+from bidder.admin import KeyCreated, UnknownPublisher, check_expiry, issue_key
+from bidder.errors import UNREADABLE_JSON, BadRequest
 from bidder.observability import MULTIPROCESS_DIR_ENV, multiprocess_dir
 from bidder.runtime import utcnow
 from bidder.settings import Settings, SettingsError, load_settings
@@ -234,8 +234,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_keys_create(args: argparse.Namespace) -> int:
     settings = _settings()
     expires_at: datetime | None = args.expires_at
-    if expires_at is not None and expires_at <= utcnow():
-        raise CommandFailed("--expires-at must lie in the future")
+    try:  # the admin API's rules: in the future, and within the year 9999 once in UTC
+        check_expiry(expires_at, utcnow())
+    except BadRequest as exc:
+        raise CommandFailed(f"--{exc.message.replace('_', '-')}") from None
 
     async def work(conn: Conn) -> KeyCreated:
         try:
