@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 
 from bidder import cli_records
 from bidder.admin import KeyCreated, UnknownPublisher, check_expiry, issue_key
+from bidder.cli_records import port_number
 from bidder.errors import UNREADABLE_JSON, BadRequest
 from bidder.observability import MULTIPROCESS_DIR_ENV, multiprocess_dir
 from bidder.runtime import utcnow
@@ -46,6 +47,8 @@ from store.postgres import CONNECT_ERRORS, Conn, create_pool, describe_connect_e
 
 EXIT_REFUSED = 1
 EXIT_SETTINGS = 2
+#: What a shell reports for a process that SIGPIPE ended (128 + 13), as `cat` would exit.
+EXIT_BROKEN_PIPE = 141
 
 _encoder = msgspec.json.Encoder(decimal_format="number")
 
@@ -308,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve_cmd = commands.add_parser("serve", help="serve HTTP with granian (production)")
     serve_cmd.add_argument("--host", default="0.0.0.0")  # noqa: S104 - a server listens
-    serve_cmd.add_argument("--port", type=_positive, default=8000)
+    serve_cmd.add_argument("--port", type=port_number, default=8000)
     serve_cmd.add_argument(
         "--workers", type=_positive, default=None, help="worker processes (default: CPU count)"
     )
@@ -340,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev = commands.add_parser(
         "dev", help="local Redis + Postgres, demo inventory and key, serve on 127.0.0.1"
     )
-    dev.add_argument("--port", type=_positive, default=8000)
+    dev.add_argument("--port", type=port_number, default=8000)
     dev.add_argument(
         "--reset-demo",
         action="store_true",
@@ -374,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     except CommandFailed as exc:
         print(f"bidder: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    except BrokenPipeError:  # the reader left (`bidder inventory export | head`): no message
+        # Python flushes stdout again at exit, which would fail the same way: point it nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except (OSError, RedisError) as exc:  # a file that cannot be written, Redis unreachable
         print(f"bidder: {exc}", file=sys.stderr)
         return EXIT_REFUSED

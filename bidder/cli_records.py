@@ -29,6 +29,13 @@ log = logging.getLogger("bidder.writer")
 _encoder = msgspec.json.Encoder(decimal_format="number")
 
 
+def port_number(value: str) -> int:
+    """An argparse type: a TCP port, 1 to 65535 (a larger one ended in a traceback at bind)."""
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {value!r}")
+    return int(value)
+
+
 def register(subparsers: Any) -> None:
     """Add `writer` and `reconcile` to the `bidder` command's subparsers."""
     writer = subparsers.add_parser(
@@ -44,7 +51,7 @@ def register(subparsers: Any) -> None:
     )
     writer.add_argument(
         "--metrics-port",
-        type=int,
+        type=port_number,
         default=None,
         help="serve Prometheus metrics of this process on this port",
     )

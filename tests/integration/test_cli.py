@@ -210,7 +210,8 @@ async def test_settings_problems_are_all_listed_with_exit_2(servers: ServerUrls)
     assert "Traceback" not in err
 
 
-def hundred_thousand_screens() -> dict[str, Any]:
+def screens_document(count: int) -> dict[str, Any]:
+    """Ten publishers and `count` screens."""
     publishers = [
         {"id": uid(n, 1), "name": f"Publisher {n}", "external_ids_enabled": True}
         for n in range(1, 11)
@@ -233,7 +234,7 @@ def hundred_thousand_screens() -> dict[str, Any]:
             "lon": 11 + (n % 997) / 1000,
             "active": True,
         }
-        for n in range(1, 100_001)
+        for n in range(1, count + 1)
     ]
     return {"publishers": publishers, "screens": screens}
 
@@ -242,7 +243,7 @@ async def test_importing_100000_screens_takes_seconds(
     servers: ServerUrls, clean: None, tmp_path: Path
 ) -> None:
     source = tmp_path / "big.json"
-    source.write_text(json.dumps(hundred_thousand_screens()))
+    source.write_text(json.dumps(screens_document(100_000)))
     started = time.monotonic()
     done = await bidder(cli_env(servers), "inventory", "import", str(source))
     elapsed = time.monotonic() - started
@@ -311,3 +312,48 @@ async def test_serve_on_a_port_something_listens_on_is_one_line_and_exit_1(
     assert done.returncode == 1, err
     assert f"127.0.0.1:{port}" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("serve", "--port", "99999"),
+        ("serve", "--port", "0"),
+        ("dev", "--port", "70000"),
+        ("writer", "--metrics-port", "99999"),
+        ("writer", "--metrics-port", "-1"),
+    ],
+)
+async def test_a_port_out_of_range_is_a_usage_error_without_traceback(
+    servers: ServerUrls, args: tuple[str, ...]
+) -> None:
+    """Ports above 65535 passed argparse and ended in bind()'s OverflowError traceback."""
+    done = await bidder(cli_env(servers), *args)
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert "port" in err
+    assert "Traceback" not in err
+
+
+async def test_a_reader_that_leaves_early_gets_no_error_line(servers: ServerUrls) -> None:
+    """`bidder inventory export | head -c 100`: once the reader is gone, writing raises
+    BrokenPipeError, which printed "bidder: [Errno 32] Broken pipe" and exited 1. Now it ends
+    quietly with 141, what a shell reports for a writer SIGPIPE ended. (Whether a real pipe
+    gets there depends on the kernel's timing, so the export here raises it itself.)"""
+    script = (
+        "import bidder.cli as cli\n"
+        "def export(args):\n"
+        "    raise BrokenPipeError(32, 'Broken pipe')\n"
+        "cli._cmd_export = export\n"
+        "raise SystemExit(cli.main(['inventory', 'export']))\n"
+    )
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", script],
+        env=cli_env(servers),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == b""
