@@ -29,6 +29,10 @@ from store.records import run_writer
 log = logging.getLogger("bidder.runtime")
 
 _BUDGET_REFRESH_SECONDS = 1.0
+# Reloads in a row whose sync left a newer top-up's total alone (HotState.sync_inventory)
+# before the next one writes every total. Normally the next version's reload writes it; a stamp
+# no version catches up with means Postgres was restored to an older version.
+_MAX_KEEPING_RELOADS = 3
 _BACKGROUND_REDIS_TIMEOUT = 2.0
 #: How often Redis' clock is measured again against this host's (it is also at each connect).
 _CLOCK_SYNC_SECONDS = 30.0
@@ -64,6 +68,7 @@ class Runtime:
         self.started_at = time.monotonic()
         self.last_postgres_error: str | None = None
         self._logged_failure: str | None = None  # the reload failure the log last reported
+        self._keeping_reloads = 0  # reloads in a row whose sync left a top-up's total alone
         self._tasks: list[asyncio.Task[None]] = []
         self._postgres_probe: asyncio.Task[str] | None = None
         self._pool_lock = asyncio.Lock()
@@ -167,20 +172,28 @@ class Runtime:
         pool = await self.connect_postgres()
         async with pool.acquire() as conn:
             version = await current_version(conn)
-            if self.snapshot is not None and self.snapshot.version == version:
+            current = self.snapshot is not None and self.snapshot.version == version
+            if current and not self._keeping_reloads:
                 return False
-            # Before the read's snapshot is taken: a top-up written after this moment may be
-            # missing from the read, and the sync leaves its total alone.
-            read_since_ms = await self.hot.redis_time_ms()
             async with conn.transaction(isolation="repeatable_read", readonly=True):
+                # Read inside the transaction: the version its totals are stamped with is the
+                # one the document was read at.
+                version = await current_version(conn)
                 doc = await export_document(conn)
                 keys = await load_api_keys(conn)
         snapshot = await asyncio.to_thread(build_snapshot, doc, keys, version)
-        await self.hot.sync_inventory(
+        kept = await self.hot.sync_inventory(
             {c.id: (c.shard, c.budget_micros) for c in snapshot.campaigns.values()},
             snapshot.billing_codes,
-            read_since_ms=read_since_ms,
+            version=version,
+            force=self._keeping_reloads >= _MAX_KEEPING_RELOADS,
         )
+        self._keeping_reloads = self._keeping_reloads + 1 if kept else 0
+        if kept:
+            log.info(
+                "totals of newer top-ups kept; reloading again",
+                extra={"kept": kept, "version": version},
+            )
         self.snapshot = snapshot
         # The snapshot lives until the next inventory change: exempt it (and the rest of the
         # heap as it stands) from the cyclic collector, so a full collection during traffic

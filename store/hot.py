@@ -533,21 +533,23 @@ class HotState:
         totals: Mapping[str, tuple[int, int]],
         codes: Mapping[tuple[str, str], str],
         *,
-        read_since_ms: int = 0,
+        version: int = 0,
+        force: bool = False,
     ) -> int:
         """Set every campaign's total budget (campaign id -> (shard, total micro-cents)) and copy
         the billing codes into every shard, where the scripts read them.
 
-        `read_since_ms` is when the inventory read that produced `totals` began, on Redis'
-        clock (`redis_time_ms`): a total a top-up wrote at or after it is left alone, since
-        the read may predate the top-up (it used to write the old total back, until the next
-        sync). 0 writes every total. Returns how many totals were left."""
+        `version` is the inventory version the totals were read at. A total that a top-up of a
+        newer version wrote is left alone: the read predates it (a sync used to write the old
+        total back, until the next reload). `force` writes every total. Returns how many
+        totals were left."""
         by_shard: dict[int, list[Arg]] = {}
         for campaign_id, (shard, total) in totals.items():
             by_shard.setdefault(shard, []).extend((campaign_id, total))
         kept = 0
         for shard, pairs in by_shard.items():
-            kept += int(await self._sync_totals([budget_key(shard)], [read_since_ms, *pairs]))
+            args: list[Arg] = [version, 1 if force else 0, *pairs]
+            kept += int(await self._sync_totals([budget_key(shard)], args))
         async with self.redis.pipeline(transaction=False) as pipe:
             code_map = {f"{adv}:{pub}": code for (adv, pub), code in codes.items()}
             for shard in range(SHARDS):
@@ -560,15 +562,13 @@ class HotState:
             await pipe.execute()
         return kept
 
-    async def redis_time_ms(self) -> int:
-        """Redis' clock, epoch ms (what `sync_inventory` compares top-ups with)."""
-        seconds, micros = await self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
-
-    async def set_budget_total(self, campaign_id: str, shard: int, total_micros: int) -> None:
-        """Set one campaign's total budget at once (a top-up), ahead of the next inventory sync;
-        a sync whose read began before this write leaves it alone."""
-        await self._top_up([budget_key(shard)], [campaign_id, total_micros])
+    async def set_budget_total(
+        self, campaign_id: str, shard: int, total_micros: int, version: int
+    ) -> bool:
+        """Set one campaign's total budget at once (a top-up that committed at inventory
+        `version`), ahead of the next inventory sync. False when a total of a newer version is
+        there already (this write arrived late)."""
+        return bool(await self._top_up([budget_key(shard)], [campaign_id, total_micros, version]))
 
     async def read_budgets(
         self, now: datetime, shards: Iterable[int] = range(SHARDS)

@@ -426,9 +426,11 @@ async def fetch_campaign(conn: Conn, campaign_id: str) -> Campaign | None:
     return None if row is None else _campaign(row)
 
 
-async def add_budget(conn: Conn, campaign_id: str, add_cents: Decimal) -> Decimal | None:
+async def add_budget(
+    conn: Conn, campaign_id: str, add_cents: Decimal
+) -> tuple[Decimal, int] | None:
     """Raise a campaign's total budget by `add_cents` and bump the inventory version, in one
-    transaction; the new total, or None when there is no such campaign."""
+    transaction: (the new total, the new version), or None when there is no such campaign."""
     async with conn.transaction():
         total: Decimal | None = await conn.fetchval(
             """UPDATE campaigns SET budget_cents = budget_cents + $2, updated_at = now()
@@ -438,8 +440,8 @@ async def add_budget(conn: Conn, campaign_id: str, add_cents: Decimal) -> Decima
         )
         if total is None:
             return None
-        await bump_version(conn)
-    return plain(total)
+        version = await bump_version(conn)
+    return plain(total), version
 
 
 __all__ = [

@@ -89,11 +89,14 @@ async def top_up(request: Request[Any, Any, Any], campaign_id: FromPath[str]) ->
         if campaign is None:
             raise NotFound(f"Unknown campaign {campaign_id}")
         _check_add(body.add_cents, campaign.budget_cents)
-        total = await add_budget(conn, campaign_id, body.add_cents)
-    if total is None:
+        added = await add_budget(conn, campaign_id, body.add_cents)
+    if added is None:
         raise NotFound(f"Unknown campaign {campaign_id}")
+    total, version = added
     rt = runtime_of(request)
-    await rt.hot.set_budget_total(campaign_id, campaign_shard(campaign_id), cents_to_micros(total))
+    await rt.hot.set_budget_total(
+        campaign_id, campaign_shard(campaign_id), cents_to_micros(total), version
+    )
     campaign = msgspec.structs.replace(campaign, budget_cents=total)
     audit.info(
         "budget topped up",

@@ -1,19 +1,21 @@
--- Set campaigns' total budgets from an inventory read, except a total that a top-up wrote
--- after the read began: the read may predate the top-up, and writing its total back would
--- undo it until the next sync (HotState.sync_inventory).
+-- Set campaigns' total budgets from an inventory read, stamped with that read's inventory
+-- version, except a total a top-up of a newer version wrote: the read predates that top-up,
+-- and writing its total back would undo it (HotState.sync_inventory).
 -- KEYS: 1 budget hash of one shard
--- ARGV: 1 when the read began (epoch ms, Redis' clock; 0: write every total),
---       then pairs: campaign id, total micro-cents
--- Returns how many totals were left as a later top-up wrote them.
-local since = tonumber(ARGV[1])
+-- ARGV: 1 the read's inventory version, 2 force (1: write every total, for a stamp that no
+--       read catches up with: Postgres restored to an older version), then pairs: campaign
+--       id, total micro-cents
+-- Returns how many totals were left as a newer top-up wrote them.
+local version = tonumber(ARGV[1])
+local force = ARGV[2] == '1'
 local kept = 0
-for i = 2, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   local cid = ARGV[i]
-  local topped = since > 0 and redis.call('HGET', KEYS[1], cid .. ':tu')
-  if topped and tonumber(topped) >= since then
+  local stamp = redis.call('HGET', KEYS[1], cid .. ':tv')
+  if not force and stamp and tonumber(stamp) > version then
     kept = kept + 1
   else
-    redis.call('HSET', KEYS[1], cid .. ':t', ARGV[i + 1])
+    redis.call('HSET', KEYS[1], cid .. ':t', ARGV[i + 1], cid .. ':tv', version)
   end
 end
 return kept

@@ -231,23 +231,34 @@ async def test_a_loss_notice_after_the_bids_expiry_expires_it(redis_client: Redi
     assert (budget.reserved, budget.spent) == (0, 0)  # each price released exactly once
 
 
-async def test_a_sync_whose_read_predates_a_top_up_leaves_the_top_up(redis_client: Redis) -> None:
-    """A worker's inventory read began, then an operator topped the campaign up (Postgres, then
-    Redis at once), then that worker synced what it had read: the old total must not overwrite
-    the top-up (it did, until the worker's next reload, refusing bids and accepts the top-up
-    paid for). A sync whose read began after the top-up writes its total as before."""
-    hot, camp = await _hot(redis_client, "25")
-    read_began = await hot.redis_time_ms()
-    await hot.set_budget_total(CAMPAIGN, camp.shard, 40_000_000)
-    stale = {CAMPAIGN: (camp.shard, 25_000_000)}
-    assert await hot.sync_inventory(stale, {}, read_since_ms=read_began) == 1
-    assert (await hot.read_budgets(datetime.now(UTC)))[CAMPAIGN].total == 40_000_000
+async def test_totals_follow_the_inventory_version_whatever_order_they_reach_redis(
+    redis_client: Redis,
+) -> None:
+    """Budget totals reach Redis from top-ups (at once) and from every worker's inventory sync,
+    in any order; the total of the newest inventory version stays. A sync that read before a
+    top-up used to write the old total back (until its next reload), and a top-up's write
+    that arrived late (after a newer top-up, or an import that lowered the budget) stayed."""
+    hot, camp = await _hot(redis_client, "25")  # synced at version 0
 
-    await asyncio.sleep(0.005)  # the stamps are milliseconds: the next read begins later
-    lowered = {CAMPAIGN: (camp.shard, 30_000_000)}  # an import lowered it after the top-up
-    assert await hot.sync_inventory(lowered, {}, read_since_ms=await hot.redis_time_ms()) == 0
-    assert (await hot.read_budgets(datetime.now(UTC)))[CAMPAIGN].total == 30_000_000
+    async def total() -> int:
+        return (await hot.read_budgets(datetime.now(UTC)))[CAMPAIGN].total
 
-    await hot.set_budget_total(CAMPAIGN, camp.shard, 50_000_000)
-    assert await hot.sync_inventory(lowered, {}) == 0  # no read time: every total written
-    assert (await hot.read_budgets(datetime.now(UTC)))[CAMPAIGN].total == 30_000_000
+    # Two top-ups commit at versions 11 (40) and 12 (55); their writes arrive the other way.
+    assert await hot.set_budget_total(CAMPAIGN, camp.shard, 55_000_000, 12) is True
+    assert await hot.set_budget_total(CAMPAIGN, camp.shard, 40_000_000, 11) is False
+    assert await total() == 55_000_000
+    # A worker's sync of what it read at version 10 leaves the newer top-up alone.
+    assert await hot.sync_inventory({CAMPAIGN: (camp.shard, 25_000_000)}, {}, version=10) == 1
+    assert await total() == 55_000_000
+    # An import at version 13 lowers it; a top-up of version 12 arriving after is dropped.
+    assert await hot.sync_inventory({CAMPAIGN: (camp.shard, 30_000_000)}, {}, version=13) == 0
+    assert await hot.set_budget_total(CAMPAIGN, camp.shard, 55_000_000, 12) is False
+    assert await total() == 30_000_000
+    # force: every total written, whatever the stamps (Postgres restored to an older version).
+    await hot.set_budget_total(CAMPAIGN, camp.shard, 70_000_000, 99)
+    assert await hot.sync_inventory({CAMPAIGN: (camp.shard, 30_000_000)}, {}, version=14) == 1
+    assert (
+        await hot.sync_inventory({CAMPAIGN: (camp.shard, 30_000_000)}, {}, version=14, force=True)
+        == 0
+    )
+    assert await total() == 30_000_000
