@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+import asyncpg
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import (
@@ -60,9 +61,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class WithoutOutageTracebacks(logging.Filter):
+    """asyncpg's pool logs a warning with a whole traceback each time it fails to reconnect
+    while Postgres is down (dozens in a short outage). The failure is expected and its type
+    and text say all of it: the record keeps them as `error` and drops the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if record.levelno <= logging.WARNING and isinstance(exc, _OUTAGE_ERRORS):
+            record.error = f"{type(exc).__name__}: {exc}"
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_OUTAGE_ERRORS = (OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError)
+
+
 def configure_logging(level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
+    handler.addFilter(WithoutOutageTracebacks())
     handler.formatter.converter = time.gmtime  # type: ignore[union-attr]
     root = logging.getLogger()
     root.handlers[:] = [handler]
