@@ -27,11 +27,13 @@ from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING, basic_
 from tests.integration._core_helpers import live_app
 from tests.integration._records_support import (
     ACCEPTED,
+    accept_offer,
     billing_payload,
     core_reject,
     drain,
     make_records,
     prepare,
+    reserve_offer,
 )
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -282,13 +284,8 @@ async def test_an_openrtb_bids_outcome_shows_as_one_of_the_four_statuses(
     await wait_for_inventory(app_client)
     hot = HotState(redis_client)
     camp = build_snapshot(basic_document()).campaigns[CAMPAIGN]
-    fields = {"channel": "openrtb", "publisher": PUB, "creative": CREATIVE_VIDEO}
     now = datetime.now(UTC)
-    bids = [
-        await hot.reserve(camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), fields)
-        for _ in range(2)
-    ]
-    billed, lost = (b.offer_id for b in bids if isinstance(b, Reserved))
+    billed, lost = [await reserve_offer(hot, camp, "openrtb") for _ in range(2)]
     assert (
         await hot.track(
             billed,
@@ -339,22 +336,11 @@ async def test_a_playout_at_either_end_of_the_accepted_years_is_stored_and_read_
     await seed(settings.database_url, basic_document())
     await wait_for_inventory(app_client)
     hot = HotState(redis_client)
-    now = datetime.now(UTC)
-    made = await hot.reserve(
-        build_snapshot(basic_document()).campaigns[CAMPAIGN],
-        2_500_000,
-        SCREEN_MOVING,
-        now,
-        now + timedelta(minutes=5),
-        {"channel": "core", "publisher": PUB, "creative": CREATIVE_VIDEO},
-    )
-    assert isinstance(made, Reserved)
-    answered = await hot.respond(
-        made.offer_id, PUB, "accept", now, billing_payload(ACCEPTED), accepted_micros=ACCEPTED
-    )
+    camp = build_snapshot(basic_document()).campaigns[CAMPAIGN]
+    answered = await accept_offer(hot, await reserve_offer(hot, camp, "core"))
     assert isinstance(answered, Answered)
     # The payload the Core API queues (bidder.core._playout: played_at as iso_utc makes it).
-    await hot.confirm_playout(answered.deal_id, PUB, now, {"played_at": played_at})
+    await hot.confirm_playout(answered.deal_id, PUB, datetime.now(UTC), {"played_at": played_at})
     conn = await asyncpg.connect(settings.database_url)
     try:
         deadline = time.monotonic() + 10
