@@ -386,9 +386,9 @@ class _Insert:
 
     def __init__(self, table: str, columns: str, types: str, tail: str) -> None:
         names = types.split()
-        self.as_text = tuple(_AS_TEXT.get(name) for name in names)
+        self.as_text = tuple(_AS_TEXT[name][1] if name in _AS_TEXT else None for name in names)
         params = ", ".join(
-            f"${n}::text::{_TEXT_CAST[name]}[]" if name in _TEXT_CAST else f"${n}::{name}[]"
+            f"${n}::text::{_AS_TEXT[name][0]}[]" if name in _AS_TEXT else f"${n}::{name}[]"
             for n, name in enumerate(names, start=1)
         )
         # Built from this module's constants only, at import.
@@ -406,11 +406,11 @@ def _array_text(values: tuple[Any, ...], text: Callable[[Any], str]) -> str:
     return "{" + ",".join("NULL" if value is None else text(value) for value in values) + "}"
 
 
-# Column types sent as the text of an array, and the type Postgres casts that text to.
-_TEXT_CAST = {"numeric": "numeric", "client_timestamptz": "timestamptz"}
-_AS_TEXT: dict[str, Callable[[Any], str]] = {
-    "numeric": str,
-    "client_timestamptz": datetime.isoformat,
+# Column types sent as the text of an array: (the type Postgres casts that text to, the text of
+# one value).
+_AS_TEXT: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "numeric": ("numeric", str),
+    "client_timestamptz": ("timestamptz", datetime.isoformat),
 }
 
 
