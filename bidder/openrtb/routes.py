@@ -12,14 +12,12 @@ from litestar import Request, Response, get, post, route
 from litestar.params import FromPath
 from litestar.types import ASGIApp
 
-from bidder.auth import authenticate
+from bidder.core._common import authorize_key
 from bidder.deprecation import OPENRTB_PREFIX
-from bidder.errors import Unavailable
 from bidder.openrtb._bid import handle_bid
 from bidder.openrtb._loss import handle_loss
 from bidder.openrtb._openapi import openapi_document
 from bidder.openrtb._response import json_document
-from bidder.runtime import utcnow
 from bidder.web import call_of, runtime_of
 
 
@@ -42,16 +40,7 @@ def openapi(request: Request[Any, Any, Any]) -> Response[Any]:
     (the contract: "All endpoints need the Authorization header"; only the signed loss notice
     is exempt). 401 `INVALID_API_KEY` without one; 503 before the keys are loaded."""
     rt = runtime_of(request)
-    snapshot = rt.snapshot
-    if snapshot is None:  # keys live in the snapshot: none can be checked before it loads
-        raise Unavailable("Service is starting, retry shortly", headers={"Retry-After": "1"})
-    authenticate(
-        request.headers.get("authorization"),
-        snapshot,
-        rt.settings.key_prefix,
-        utcnow(),
-        code="INVALID_API_KEY",
-    )
+    authorize_key(rt, request.headers.get("authorization"), code="INVALID_API_KEY")
     return json_document(rt.settings, openapi_document(rt.settings))
 
 
