@@ -168,19 +168,21 @@ class Runtime:
         return "ok"
 
     async def reload_inventory(self) -> bool:
-        """Build a new snapshot when the stored inventory version moved; True when it did."""
+        """Build a new snapshot when the stored inventory version moved, or again after a sync
+        that kept a newer top-up's total; True when it did."""
         pool = await self.connect_postgres()
-        async with pool.acquire() as conn:
+        # One snapshot of Postgres: the version the totals are stamped with is the one the
+        # document was read at.
+        async with (
+            pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
             version = await current_version(conn)
             current = self.snapshot is not None and self.snapshot.version == version
             if current and not self._keeping_reloads:
                 return False
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
-                # Read inside the transaction: the version its totals are stamped with is the
-                # one the document was read at.
-                version = await current_version(conn)
-                doc = await export_document(conn)
-                keys = await load_api_keys(conn)
+            doc = await export_document(conn)
+            keys = await load_api_keys(conn)
         snapshot = await asyncio.to_thread(build_snapshot, doc, keys, version)
         kept = await self.hot.sync_inventory(
             {c.id: (c.shard, c.budget_micros) for c in snapshot.campaigns.values()},
