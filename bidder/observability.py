@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-import asyncpg
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import (
@@ -31,6 +30,8 @@ from prometheus_client import (
     multiprocess,
 )
 from prometheus_client import values as prometheus_values
+
+from store.postgres import UNREACHABLE_ERRORS
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
@@ -68,14 +69,11 @@ class WithoutOutageTracebacks(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if record.levelno <= logging.WARNING and isinstance(exc, _OUTAGE_ERRORS):
+        if record.levelno <= logging.WARNING and isinstance(exc, UNREACHABLE_ERRORS):
             record.error = f"{type(exc).__name__}: {exc}"
             record.exc_info = None
             record.exc_text = None
         return True
-
-
-_OUTAGE_ERRORS = (OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError)
 
 
 def configure_logging(level: str = "INFO") -> None:

@@ -21,7 +21,7 @@ from bidder.deprecation import OPENRTB_PREFIX, deprecation_headers, openrtb_erro
 from bidder.errors import ServiceError, Unavailable
 from bidder.runtime import Runtime
 from bidder.settings import Settings
-from store.postgres import Conn
+from store.postgres import UNREACHABLE_ERRORS, Conn
 
 log = logging.getLogger("bidder.web")
 _encoder = msgspec.json.Encoder(decimal_format="number")
@@ -55,12 +55,7 @@ def call_of(request: Request[Any, Any, Any]) -> HttpCall:
     return HttpCall(request.scope, request.receive)
 
 
-_POSTGRES_UNREACHABLE = (
-    OSError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.InterfaceError,
-)
+_POSTGRES_UNREACHABLE: tuple[type[Exception], ...] = (*UNREACHABLE_ERRORS, asyncpg.InterfaceError)
 
 
 def iso_utc(moment: datetime) -> str:
