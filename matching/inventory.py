@@ -194,6 +194,40 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
+def _canonical(value: str) -> str:
+    """A UUID in its one written form (lower case, hyphens); anything else as it is, for the
+    checks to name."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return value
+
+
+def _canonical_list(values: list[str] | None) -> list[str] | None:
+    return None if values is None else [_canonical(v) for v in values]
+
+
+def canonicalize_ids(doc: InventoryDocument) -> None:
+    """Write every id and reference of `doc` in the form Postgres reads it back in, in place.
+    `DE00...` and `de00...` name the same row: as ids they must count as duplicates of each
+    other, and as references (targeting included) match the item they name."""
+    for pub in doc.publishers:
+        pub.id = _canonical(pub.id)
+    for adv in doc.advertisers:
+        adv.id = _canonical(adv.id)
+    for code in doc.billing_codes:
+        code.advertiser_id = _canonical(code.advertiser_id)
+        code.publisher_id = _canonical(code.publisher_id)
+    for scr in doc.screens:
+        scr.id, scr.publisher_id = _canonical(scr.id), _canonical(scr.publisher_id)
+    for cmp in doc.campaigns:
+        cmp.id, cmp.advertiser_id = _canonical(cmp.id), _canonical(cmp.advertiser_id)
+        cmp.targeting.publisher_ids = _canonical_list(cmp.targeting.publisher_ids)
+        cmp.targeting.screen_ids = _canonical_list(cmp.targeting.screen_ids)
+    for cre in doc.creatives:
+        cre.id, cre.campaign_id = _canonical(cre.id), _canonical(cre.campaign_id)
+
+
 class _Checker:
     def __init__(self) -> None:
         self.problems: list[Problem] = []
@@ -287,7 +321,8 @@ def validate_document(
     for i, pub in enumerate(doc.publishers):
         if not pub.name.strip():
             check.add("publishers", i, pub.id, "name", "must not be empty")
-        if not (Decimal(0) <= pub.commission_rate <= Decimal(1)):
+        rate = pub.commission_rate
+        if not (rate.is_finite() and Decimal(0) <= rate <= Decimal(1)):
             check.add("publishers", i, pub.id, "commission_rate", "must be between 0 and 1")
         elif not _has_places(pub.commission_rate, 6):
             # Stored as NUMERIC(7, 6): refused rather than rounded without a word.
@@ -404,12 +439,22 @@ def _validate_campaigns(check: _Checker, campaigns: list[Campaign], advertisers:
                 "max_plays_per_screen_per_hour",
                 f"must be from 1 to {_INT4_MAX}",
             )
-        for d, part in enumerate(cmp.targeting.dayparts or []):
-            field = f"targeting.dayparts[{d}]"
-            if not part.days or any(day < 0 or day > 6 for day in part.days):
-                check.add("campaigns", i, cmp.id, field, "days must be 0..6 (Monday=0)")
-            if not 0 <= part.start_hour < part.end_hour <= 24:
-                check.add("campaigns", i, cmp.id, field, "needs 0 <= start_hour < end_hour <= 24")
+        _check_targeting(check, i, cmp)
+
+
+def _check_targeting(check: _Checker, index: int, cmp: Campaign) -> None:
+    for field, ids in (
+        ("targeting.publisher_ids", cmp.targeting.publisher_ids),
+        ("targeting.screen_ids", cmp.targeting.screen_ids),
+    ):
+        if any(not _is_uuid(item) for item in ids or []):
+            check.add("campaigns", index, cmp.id, field, "must hold only UUIDs")
+    for d, part in enumerate(cmp.targeting.dayparts or []):
+        field = f"targeting.dayparts[{d}]"
+        if not part.days or any(day < 0 or day > 6 for day in part.days):
+            check.add("campaigns", index, cmp.id, field, "days must be 0..6 (Monday=0)")
+        if not 0 <= part.start_hour < part.end_hour <= 24:
+            check.add("campaigns", index, cmp.id, field, "needs 0 <= start_hour < end_hour <= 24")
 
 
 def _validate_creatives(check: _Checker, creatives: list[Creative], campaigns: set[str]) -> None:

@@ -27,6 +27,7 @@ from matching.inventory import (
     Publisher,
     Screen,
     Targeting,
+    canonicalize_ids,
     validate_document,
 )
 from matching.money import plain
@@ -167,10 +168,12 @@ async def _external_id_conflicts(conn: Conn, doc: InventoryDocument) -> list[Pro
 async def import_document(
     conn: Conn, doc: InventoryDocument, progress: Progress | None = None
 ) -> dict[str, int]:
-    """Validate and upsert `doc` in one transaction; bump the inventory version.
+    """Validate and upsert `doc` in one transaction; bump the inventory version. Its ids are
+    first written in their canonical form, in place (`canonicalize_ids`).
 
     Raises InventoryRejected listing every problem, before anything is written.
     """
+    canonicalize_ids(doc)
     problems = validate_document(
         doc,
         known_publishers=await _known_ids(conn, "publishers"),
@@ -426,11 +429,18 @@ async def fetch_campaign(conn: Conn, campaign_id: str) -> Campaign | None:
     return None if row is None else _campaign(row)
 
 
+class TotalTooHigh(Exception):
+    """A top-up would take a campaign's total past the most it may be; nothing was changed."""
+
+
 async def add_budget(
-    conn: Conn, campaign_id: str, add_cents: Decimal
+    conn: Conn, campaign_id: str, add_cents: Decimal, max_total: Decimal
 ) -> tuple[Decimal, int] | None:
     """Raise a campaign's total budget by `add_cents` and bump the inventory version, in one
-    transaction: (the new total, the new version), or None when there is no such campaign."""
+    transaction: (the new total, the new version), or None when there is no such campaign.
+    A total that would exceed `max_total` raises TotalTooHigh and changes nothing: the check
+    reads the total the UPDATE wrote, under its row lock, so concurrent top-ups cannot pass it
+    together."""
     async with conn.transaction():
         total: Decimal | None = await conn.fetchval(
             """UPDATE campaigns SET budget_cents = budget_cents + $2, updated_at = now()
@@ -440,6 +450,8 @@ async def add_budget(
         )
         if total is None:
             return None
+        if total > max_total:
+            raise TotalTooHigh(total)  # rolls the UPDATE back
         version = await bump_version(conn)
     return plain(total), version
 
@@ -447,6 +459,7 @@ async def add_budget(
 __all__ = [
     "Daypart",
     "InventoryRejected",
+    "TotalTooHigh",
     "add_budget",
     "bump_version",
     "create_api_key",

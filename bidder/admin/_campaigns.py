@@ -4,17 +4,20 @@
 The total lives in Postgres; reserved and spent live in Redis, where the Lua scripts keep them
 exact. A top-up raises the Postgres total and sets the Redis total at once, so the next offer on
 this worker and the answer to this request already see it (the inventory reload writes the same
-value on every worker).
+value on every worker). A top-up Postgres committed is answered 200 even when Redis then
+fails: it has happened, and the reload brings Redis the total.
 """
 
 from __future__ import annotations
 
+import logging
 from decimal import Decimal
 from typing import Any
 
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.params import FromPath
+from redis.exceptions import RedisError
 
 from bidder.admin._common import audit, json_response, path_uuid, read_body
 from bidder.errors import BadRequest, NotFound
@@ -24,7 +27,13 @@ from matching.engine import Budget
 from matching.inventory import MAX_AMOUNT_CENTS, Campaign
 from matching.money import CENT_PLACES, cents_to_micros, micros_to_cents
 from matching.snapshot import campaign_shard
-from store.inventory_repo import add_budget, fetch_campaign
+from store.hot import HotState
+from store.inventory_repo import TotalTooHigh, add_budget, fetch_campaign
+from store.postgres import Conn
+
+log = logging.getLogger("bidder.admin")
+#: What a Redis that cannot be reached or answers too late raises.
+REDIS_DOWN = (RedisError, OSError, TimeoutError)
 
 
 class TopUp(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -50,21 +59,72 @@ def budget_view(campaign: Campaign, live: Budget | None) -> BudgetView:
     )
 
 
-async def _campaign_with_budget(request: Request[Any, Any, Any], campaign: Campaign) -> Any:
-    budgets = await runtime_of(request).hot.read_budgets(utcnow())
-    body = msgspec.to_builtins(campaign, builtin_types=(Decimal,))
+async def with_budget(
+    hot: HotState, campaign: Campaign, *, redis_optional: bool = False
+) -> dict[str, Any]:
+    """What the admin API shows of a campaign: its fields and its live `budget`.
+    `redis_optional`: when Redis cannot be read, `budget` is null instead of the error (the
+    answer to a top-up that committed must say it did)."""
+    body: dict[str, Any] = msgspec.to_builtins(campaign, builtin_types=(Decimal,))
+    try:
+        budgets = await hot.read_budgets(utcnow())
+    except REDIS_DOWN:
+        if not redis_optional:
+            raise
+        body["budget"] = None
+        return body
     body["budget"] = budget_view(campaign, budgets.get(campaign.id))
     return body
 
 
-def _check_add(add: Decimal, current: Decimal) -> None:
+def check_add(add: Decimal) -> None:
+    """A top-up amount: positive, at most the largest total, at most 6 decimals; else 400."""
     if not add.is_finite() or add <= 0:
         raise BadRequest("add_cents must be a positive amount of cents")
     # Bounded before quantize, which refuses (InvalidOperation) a number past its precision.
-    if current + add > MAX_AMOUNT_CENTS:
+    if add > MAX_AMOUNT_CENTS:
         raise BadRequest(f"the total budget would exceed {MAX_AMOUNT_CENTS} cents")
     if add != add.quantize(CENT_PLACES):
         raise BadRequest("add_cents has more than 6 decimal places of a cent")
+
+
+async def load_campaign(conn: Conn, campaign_id: str) -> Campaign:
+    campaign = await fetch_campaign(conn, campaign_id)
+    if campaign is None:
+        raise NotFound(f"Unknown campaign {campaign_id}")
+    return campaign
+
+
+async def apply_top_up(conn: Conn, hot: HotState, campaign_id: str, add: Decimal) -> Campaign:
+    """Add `add` cents to the campaign's total (the admin API's and `bidder campaigns
+    top-up`'s way); the campaign as it is now.
+
+    Once Postgres has committed the new total the top-up has happened, whatever Redis does:
+    this returns (a 503 would make an operator top it up twice). The Redis total is set at
+    once when Redis answers, else by every worker's next inventory reload (the top-up bumped
+    the inventory version)."""
+    check_add(add)
+    try:
+        added = await add_budget(conn, campaign_id, add, MAX_AMOUNT_CENTS)
+    except TotalTooHigh:
+        raise BadRequest(f"the total budget would exceed {MAX_AMOUNT_CENTS} cents") from None
+    if added is None:
+        raise NotFound(f"Unknown campaign {campaign_id}")
+    total, version = added
+    audit.info(
+        "budget topped up",
+        extra={"campaign_id": campaign_id, "add_cents": str(add), "total": str(total)},
+    )
+    try:
+        await hot.set_budget_total(
+            campaign_id, campaign_shard(campaign_id), cents_to_micros(total), version
+        )
+    except REDIS_DOWN as exc:
+        log.warning(
+            "top-up committed; its Redis total follows with the next inventory reload",
+            extra={"campaign_id": campaign_id, "error": type(exc).__name__},
+        )
+    return await load_campaign(conn, campaign_id)
 
 
 @get("/campaigns/{campaign_id:str}")
@@ -73,36 +133,20 @@ async def get_campaign(
 ) -> Response[bytes]:
     campaign_id = path_uuid(campaign_id, "campaign id")
     async with postgres(request) as conn:
-        campaign = await fetch_campaign(conn, campaign_id)
-    if campaign is None:
-        raise NotFound(f"Unknown campaign {campaign_id}")
-    return json_response(await _campaign_with_budget(request, campaign))
+        campaign = await load_campaign(conn, campaign_id)
+    return json_response(await with_budget(runtime_of(request).hot, campaign))
 
 
 @post("/campaigns/{campaign_id:str}/budget", status_code=200)
 async def top_up(request: Request[Any, Any, Any], campaign_id: FromPath[str]) -> Response[bytes]:
-    """Add `add_cents` to the campaign's total budget; answers the campaign as GET does."""
+    """Add `add_cents` to the campaign's total budget; answers the campaign as GET does, with
+    `budget` null when Redis cannot be read (the top-up is done all the same)."""
     campaign_id = path_uuid(campaign_id, "campaign id")
     body = await read_body(request, TopUp, "budget top-up")
+    hot = runtime_of(request).hot
     async with postgres(request) as conn:
-        campaign = await fetch_campaign(conn, campaign_id)
-        if campaign is None:
-            raise NotFound(f"Unknown campaign {campaign_id}")
-        _check_add(body.add_cents, campaign.budget_cents)
-        added = await add_budget(conn, campaign_id, body.add_cents)
-    if added is None:
-        raise NotFound(f"Unknown campaign {campaign_id}")
-    total, version = added
-    rt = runtime_of(request)
-    await rt.hot.set_budget_total(
-        campaign_id, campaign_shard(campaign_id), cents_to_micros(total), version
-    )
-    campaign = msgspec.structs.replace(campaign, budget_cents=total)
-    audit.info(
-        "budget topped up",
-        extra={"campaign_id": campaign_id, "add_cents": str(body.add_cents), "total": str(total)},
-    )
-    return json_response(await _campaign_with_budget(request, campaign))
+        campaign = await apply_top_up(conn, hot, campaign_id, body.add_cents)
+    return json_response(await with_budget(hot, campaign, redis_optional=True))
 
 
 routes = [get_campaign, top_up]

@@ -302,6 +302,12 @@ async def test_a_large_document_is_accepted(app_client: Client) -> None:
         # Would be stored rounded: refused instead (the audience sets the price).
         ("screens", "audience_per_play", "3.33333"),
         ("publishers", "commission_rate", "0.1234567"),
+        # Decimal refuses to compare a NaN: a 500 before.
+        ("publishers", "commission_rate", '"NaN"'),
+        ("publishers", "commission_rate", '"sNaN"'),
+        # A campaign targeted at ids that name nothing it could ever match.
+        ("campaigns", "targeting.publisher_ids", '["metro"]'),
+        ("campaigns", "targeting.screen_ids", '["x"]'),
         # No XML can carry it, and it would reach the VAST.
         ("campaigns", "name", '"Summer \\u0001 sale"'),
         ("creatives", "url", '"https://cdn.example/a\\u0002.mp4"'),
@@ -311,12 +317,69 @@ async def test_values_no_column_or_document_can_hold_are_problems_not_500(
     app_client: Client, kind: str, field: str, raw: str
 ) -> None:
     doc = full_document()
-    doc[kind][0][field] = "@@raw@@"
+    if field.startswith("targeting."):
+        doc[kind][0]["targeting"][field.removeprefix("targeting.")] = "@@raw@@"
+    else:
+        doc[kind][0][field] = "@@raw@@"
     body = json.dumps(doc).replace('"@@raw@@"', raw).encode()
     response = await put_doc(app_client, body)
     assert response.status_code == 400, response.text
     problems = response.json()["problems"]
     assert {(p["list"], p["index"], p["field"]) for p in problems} >= {(kind, 0, field)}
+
+
+@pytest.mark.parametrize("kind", ["publishers", "advertisers", "screens", "campaigns", "creatives"])
+async def test_an_id_given_twice_in_other_letter_cases_is_a_duplicate(
+    app_client: Client, kind: str
+) -> None:
+    """`DE00...` and `de00...` are one UUID, one row: the second is a duplicate (400), not an
+    upsert hitting its own row twice (500) or two items counted for one row."""
+    doc = full_document()
+    lettered = "abcdef01-0000-4000-8000-00000000ffff"  # the factory ids are digits only
+    for n, item_id in enumerate((lettered, lettered.upper())):
+        twin = copy.deepcopy(doc[kind][0])
+        twin["id"] = item_id
+        if kind == "screens":
+            twin["external_id"] = f"ext-twin-{n}"
+        doc[kind].append(twin)
+    response = await put_doc(app_client, json.dumps(doc).encode())
+    assert response.status_code == 400, response.text
+    problems = response.json()["problems"]
+    assert {(p["list"], p["index"], p["field"]) for p in problems} == {
+        (kind, len(doc[kind]) - 1, "id")
+    }
+
+
+async def test_ids_in_upper_case_name_the_same_items(app_client: Client) -> None:
+    """References and targeting written in upper case find their items, and every id is
+    stored and exported in the one canonical form."""
+    # The factory ids are digits only: give the publisher, a screen and the campaigns letters.
+    renamed = {PUB: "abcdef01-0000-4000-8000-0000000000aa"}
+    renamed[SCREEN_MOVING] = "abcdef03-0000-4000-8000-0000000000bb"
+    renamed[CAMPAIGN] = "abcdef04-0000-4000-8000-0000000000cc"
+    text = json.dumps(full_document())
+    for old_id, new_id in renamed.items():
+        text = text.replace(old_id, new_id)
+    doc = json.loads(text)
+    doc["campaigns"][0]["targeting"]["screen_ids"] = [renamed[SCREEN_MOVING]]
+    shouting = copy.deepcopy(doc)
+    for screen in shouting["screens"]:
+        screen["id"] = screen["id"].upper()
+        screen["publisher_id"] = screen["publisher_id"].upper()
+    for cmp in shouting["campaigns"]:
+        cmp["id"] = cmp["id"].upper()
+    targeting = shouting["campaigns"][0]["targeting"]
+    targeting["publisher_ids"] = [renamed[PUB].upper()]
+    targeting["screen_ids"] = [renamed[SCREEN_MOVING].upper()]
+    for creative in shouting["creatives"]:
+        creative["campaign_id"] = creative["campaign_id"].upper()
+    response = await put_doc(app_client, json.dumps(shouting).encode())
+    assert response.status_code == 200, response.text
+    exported = parsed((await app_client.get("/admin/v1/inventory", headers=ADMIN)).content)
+    expected = parsed(json.dumps(doc).encode())
+    for kind in ("publishers", "screens", "campaigns", "creatives"):
+        expected[kind].sort(key=lambda item: item["id"])  # export lists in id order
+    assert exported == expected
 
 
 @pytest.mark.parametrize(

@@ -21,9 +21,11 @@ from bidder.errors import Unauthorized
 from matching.snapshot import build_snapshot
 from store.hot import HotState, connect
 from store.inventory_repo import load_api_keys
-from tests.conftest import ServerUrls, wait_for_inventory
+from store.local_servers import free_port
+from tests.conftest import ServerUrls, make_settings, wait_for_inventory
 from tests.factories import CAMPAIGN, PUB, SCREEN_MOVING, basic_document, make_key, seed, uid
 from tests.integration._admin_helpers import ADMIN, Client, bearer, parsed, started_client
+from tests.integration._core_helpers import live_app
 
 
 @pytest.fixture
@@ -239,6 +241,71 @@ async def test_a_top_up_raises_the_total_at_once_and_in_postgres(
     finally:
         await redis.aclose()
     assert budgets[CAMPAIGN].total == 100_250_500_001
+
+
+async def _stored_total(database_url: str) -> Decimal:
+    conn = await asyncpg.connect(database_url)
+    try:
+        total: Decimal = await conn.fetchval(
+            "SELECT budget_cents FROM campaigns WHERE id = $1", uuid.UUID(CAMPAIGN)
+        )
+    finally:
+        await conn.close()
+    return total
+
+
+async def test_concurrent_top_ups_never_pass_the_largest_total(
+    app_client: Client, servers: ServerUrls
+) -> None:
+    """Decisions: a new total is at most 9e9 cents. Ten top-ups of 4e9 at once onto 100,000:
+    exactly two fit. Checked on a total read before the UPDATE, all ten passed together.
+    (httpx's ASGI transport runs the ten at once; the test client would run them in turn.)"""
+    async with live_app(make_settings(servers, RECORD_WRITER="0")) as live:
+        responses = await asyncio.gather(
+            *(
+                live.client.post(
+                    f"/admin/v1/campaigns/{CAMPAIGN}/budget",
+                    headers=ADMIN,
+                    json={"add_cents": 4_000_000_000},
+                )
+                for _ in range(10)
+            )
+        )
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200] * 2 + [400] * 8, [r.text for r in responses]
+    assert await _stored_total(servers.database_url) == Decimal("8000100000")
+
+
+async def test_a_top_up_postgres_committed_is_a_success_while_redis_is_down(
+    app_client: Client, servers: ServerUrls
+) -> None:
+    """A 503 says nothing happened, and an operator obeying it would top up twice: once
+    Postgres has the new total the answer is 200, `budget` null, and Redis gets the total from
+    the next inventory reload once it answers."""
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    async with live_app(make_settings(servers, REDIS_URL=closed, RECORD_WRITER="0")) as down:
+        response = await down.client.post(
+            f"/admin/v1/campaigns/{CAMPAIGN}/budget", headers=ADMIN, json={"add_cents": 7}
+        )
+    assert response.status_code == 200, response.text
+    body = parsed(response.content)
+    assert body["budget_cents"] == Decimal("100007")
+    assert body["budget"] is None
+    assert await _stored_total(servers.database_url) == Decimal("100007")
+    # The worker with a working Redis (app_client) copies the new total at its next reload.
+    redis = connect(servers.redis_url, timeout=2.0)
+    try:
+        deadline = time.monotonic() + 3
+        total = None
+        while time.monotonic() < deadline:
+            budgets = await HotState(redis).read_budgets(datetime.now(UTC))
+            total = budgets[CAMPAIGN].total
+            if total == 100_007_000_000:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await redis.aclose()
+    assert total == 100_007_000_000
 
 
 @pytest.mark.parametrize(
