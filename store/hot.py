@@ -249,7 +249,8 @@ class HotState:
     With `fast` (a PipelinedRedis) the scripts run auto-pipelined on it, the hot path's way;
     everything else (reads, syncs) goes through the redis-py client.
 
-    The reservation and the answer to an offer carry a deadline (with `fast` only): a script
+    Every script a request waits on (the reservation, the answer to an offer, a loss notice, a
+    tracking pixel, a playout confirmation) carries a deadline (with `fast` only): a script
     that Redis runs after it changes nothing and answers "late", raised here as a Redis
     timeout, so the caller's "unavailable, retry" is true (an answer script run after a Redis
     stall used to settle the deal that the 503 said had not happened). `fast` fails every call
@@ -449,15 +450,20 @@ class HotState:
             return "unknown", 0
         today, yesterday = _day_pair(now)
         keys = _offer_keys(shard, offer_id, today, yesterday)
+        await self._connected()
         args: list[Arg] = [
             epoch_ms(now),
             today,
             yesterday,
             _json.encode(payload).decode(),
             self.retention_ms,
+            self._deadline(),
         ]
         result = await self._loss(keys, args)
-        return _text(result[0]), int(result[1])
+        status = _text(result[0])
+        if status == "late":
+            raise _late()
+        return status, int(result[1])
 
     async def track(
         self,
@@ -476,6 +482,7 @@ class HotState:
             return "unknown"
         today, yesterday = _day_pair(now)
         keys = [*_offer_keys(shard, offer_id, today, yesterday), billing_codes_key(shard)]
+        await self._connected()
         args: list[Arg] = [
             epoch_ms(now),
             today,
@@ -484,9 +491,13 @@ class HotState:
             _json.encode(payload).decode(),
             _json.encode(billing).decode(),
             self.retention_ms,
+            self._deadline(),
         ]
         result = await self._track(keys, args)
-        return _text(result[0])
+        status = _text(result[0])
+        if status == "late":
+            raise _late()
+        return status
 
     async def confirm_playout(
         self, deal_id: str, publisher_id: str, now: datetime, payload: Mapping[str, Any]
@@ -497,6 +508,7 @@ class HotState:
             return PlayoutResult("not_found")
         playout_id = str(uuid.uuid4())
         keys = [deal_key(shard, deal_id), queue_key(shard)]
+        await self._connected()
         args: list[Arg] = [
             publisher_id,
             playout_id,
@@ -504,9 +516,12 @@ class HotState:
             _json.encode(
                 {**payload, "playout_id": playout_id, "confirmed_ms": epoch_ms(now)}
             ).decode(),
+            self._deadline(),
         ]
         result = await self._playout(keys, args)
         status = _text(result[0])
+        if status == "late":
+            raise _late()
         if status == "not_found":
             return PlayoutResult("not_found")
         return PlayoutResult(

@@ -9,6 +9,7 @@ releases an open bid's reservation, retries only count, a notice after billing c
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -136,26 +137,29 @@ def _text(value: str | None) -> str | None:
     return _substituted(value)
 
 
+# Numbers as a URL writes them: ASCII digits only. Python's own parsers also take `1_000` and
+# other scripts' digits (`١٢٣`), which no SSP sends for a number.
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+
+
 def _decimal(value: str | None) -> str | None:
     """A decimal number kept as its exact text; None when the value is not one."""
     text = _substituted(value)
-    if text is None:
+    if text is None or not _DECIMAL_TEXT.fullmatch(text):
         return None
     try:
-        amount = Decimal(text)
-    except InvalidOperation:
+        Decimal(text)
+    except InvalidOperation:  # an exponent past Decimal's range
         return None
-    return text if amount.is_finite() else None
+    return text
 
 
 def _integer(value: str | None) -> int | None:
     text = _substituted(value)
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    if text is None or not _INTEGER_TEXT.fullmatch(text) or len(text) > 20:
+        return None  # a number no column holds is not one either
+    return int(text)
 
 
 #: A diagnostic body nested deeper than this is kept as text: every reader of the record (the

@@ -4,8 +4,10 @@
 -- Retries only increment the counter.
 -- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
 --       5 record queue, 6 expiry zset
--- ARGV: 1 now_ms, 2 today, 3 yesterday, 4 notice payload (JSON), 5 offer key ttl ms
--- Returns {status, count}: status 'first' | 'retry' | 'unknown'.
+-- ARGV: 1 now_ms, 2 today, 3 yesterday, 4 notice payload (JSON), 5 offer key ttl ms,
+--       6 deadline (epoch ms, 0: none; see too_late)
+-- Returns {status, count}: status 'first' | 'retry' | 'unknown' | 'late'.
+if too_late(ARGV[6]) then return {'late', 0} end
 local offer_flat = redis.call('HGETALL', KEYS[1])
 if #offer_flat == 0 then return {'unknown', 0} end
 local offer = hash_to_table(offer_flat)

@@ -4,8 +4,10 @@
 -- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
 --       5 record queue, 6 expiry zset, 7 billing codes hash
 -- ARGV: 1 now_ms, 2 today, 3 yesterday, 4 event name, 5 event payload (JSON),
---       6 billing payload (JSON), 7 offer key ttl ms after resolution
--- Returns {status}: 'billed' | 'recorded' | 'unknown'.
+--       6 billing payload (JSON), 7 offer key ttl ms after resolution,
+--       8 deadline (epoch ms, 0: none; see too_late)
+-- Returns {status}: 'billed' | 'recorded' | 'unknown' | 'late'.
+if too_late(ARGV[8]) then return {'late'} end
 local offer_flat = redis.call('HGETALL', KEYS[1])
 if #offer_flat == 0 then return {'unknown'} end
 local offer = hash_to_table(offer_flat)

@@ -108,7 +108,7 @@ def billing_payload(gross: int) -> dict[str, Any]:
     }
 
 
-def _tracking(event: str) -> dict[str, Any]:
+def tracking_payload(event: str) -> dict[str, Any]:
     return {
         "event_id": str(uuid.uuid4()),
         "event": event,
@@ -158,10 +158,10 @@ async def openrtb_billed_then_lost(hot: HotState, camp: CampaignInfo) -> Expecte
     offer_id = await reserve_offer(hot, camp, "openrtb")
     now = datetime.now(UTC)
     billed = await hot.track(
-        offer_id, "impression", now, _tracking("impression"), billing_payload(PRICE)
+        offer_id, "impression", now, tracking_payload("impression"), billing_payload(PRICE)
     )
     assert billed == "billed"
-    await hot.track(offer_id, "complete", now, _tracking("complete"), billing_payload(PRICE))
+    await hot.track(offer_id, "complete", now, tracking_payload("complete"), billing_payload(PRICE))
     await hot.loss(offer_id, now, {"reason": "102", "price": None, "aid": "a", "body": None})
     rows = Counter(offers=1, billing_records=1, tracking_events=2, loss_notices=1)
     # impression_billed + tracking_event (impression), tracking_event (complete), loss_notice

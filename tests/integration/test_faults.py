@@ -39,11 +39,13 @@ from tests.integration._records_support import (
     accept_offer,
     assert_balanced,
     assert_exactly_once,
+    billing_payload,
     drain,
     make_records,
     pending_count,
     prepare,
     reserve_offer,
+    tracking_payload,
 )
 
 pytestmark = pytest.mark.fault
@@ -386,4 +388,53 @@ async def test_the_answer_deadline_is_on_redis_clock(
     assert fast.clock is not None
     assert abs(fast.clock - local) < 0.05  # measured again
     assert isinstance(await accept_offer(hot, offer_id), Answered)
+    await fast.aclose()
+
+
+async def test_a_loss_a_pixel_or_a_playout_redis_runs_too_late_changes_nothing(
+    fresh: tuple[Servers, Redis, asyncpg.Pool],
+) -> None:
+    """A loss notice, a tracking pixel and a playout confirmation answered 503 must not happen
+    later: the SSP's or the player's retry would then count as a repeat (the loss notice's
+    first call was applied after its 503 once Redis resumed). Each carries the deadline the
+    answer script does; here every deadline is past (Redis' clock read a second behind)."""
+    servers, redis, _ = fresh
+    _, camp = await prepare(redis, servers.postgres.url)
+    fast = PipelinedRedis(servers.redis.url, timeout=0.25)
+    hot = HotState(redis, fast=fast)
+    lost, billed = [await reserve_offer(hot, camp, "openrtb") for _ in range(2)]
+    answered = await accept_offer(hot, await reserve_offer(hot, camp, "core"))
+    assert isinstance(answered, Answered)
+    before = (await hot.read_budgets(datetime.now(UTC)))[camp.id]
+    queued = sum([await redis.xlen(key) for key in queue_keys()])
+    assert fast.clock is not None
+    local = fast.clock
+    fast.clock = local - 1.0
+
+    now = datetime.now(UTC)
+    with pytest.raises(RedisTimeoutError):
+        await hot.loss(lost, now, {"reason": "3", "price": None, "body": None})
+    with pytest.raises(RedisTimeoutError):
+        await hot.track(
+            billed, "impression", now, tracking_payload("impression"), billing_payload(PRICE)
+        )
+    with pytest.raises(RedisTimeoutError):
+        await hot.confirm_playout(answered.deal_id, PUB, now, {"played_at": None})
+
+    for offer_id in (lost, billed):
+        held = await hot.offer(offer_id)
+        assert held is not None
+        assert held["status"] == "open"
+        assert "loss_count" not in held
+    assert (await hot.read_budgets(datetime.now(UTC)))[camp.id] == before
+    assert sum([await redis.xlen(key) for key in queue_keys()]) == queued  # no record queued
+
+    await fast.sync_clock()  # the retries, in time, are the first calls
+    assert await hot.loss(lost, now, {"reason": "3", "price": None, "body": None}) == ("first", 1)
+    tracked = await hot.track(
+        billed, "impression", now, tracking_payload("impression"), billing_payload(PRICE)
+    )
+    assert tracked == "billed"
+    played = await hot.confirm_playout(answered.deal_id, PUB, now, {"played_at": None})
+    assert played.status == "new"
     await fast.aclose()

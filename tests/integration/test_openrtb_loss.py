@@ -125,6 +125,30 @@ async def test_unsubstituted_macros_are_stored_as_absent(live: Live) -> None:
 
 
 @pytest.mark.parametrize(
+    ("sent", "reason", "price"),
+    [
+        (("102", "3.10"), 102, "3.10"),
+        (("-1", "-.5"), -1, "-.5"),
+        (("1e2", "1E-3"), None, "1E-3"),  # a reason code is a whole number
+        # Python's parsers take these; no URL means them as numbers (decisions: null).
+        (("1_000", "1_0.5"), None, None),
+        (("\u0661\u0662\u0663", "\uff11\uff12"), None, None),
+        (("12 3", "NaN"), None, None),
+        (("0x10", "Infinity"), None, None),
+        (("9" * 21, "1e5x"), None, None),
+    ],
+)
+async def test_only_ascii_numbers_are_numbers(
+    live: Live, sent: tuple[str, str], reason: int | None, price: str | None
+) -> None:
+    _, lurl = await make_bid(live)
+    url = local(substitute(lurl, reason=sent[0], price=sent[1]))
+    assert (await live.client.get(url)).status_code == 204
+    payload = (await queue_records(live.rt.redis, "loss_notice"))[0]["p"]
+    assert (payload["reason"], payload["price"]) == (reason, price)
+
+
+@pytest.mark.parametrize(
     ("body", "stored"),
     [
         (b'{"seat": "s1", "reason": 102}', {"seat": "s1", "reason": 102}),

@@ -91,3 +91,38 @@ def test_a_string_that_is_not_utf8_is_malformed_json(raw: bytes) -> None:
     assert caught.value.code == "INVALID_REQUEST"
     assert caught.value.message == "The body is not valid JSON"
     assert request_id_of(raw) == ""
+
+
+_HUGE = "9" * 5000  # well-formed JSON; msgspec refuses an integer past about 1e308
+
+
+@pytest.mark.parametrize(
+    ("path", "code"),
+    [
+        ("at", "NOT_FIXED_PRICE"),
+        ("imp__0__pmp__deals__0__at", "NOT_FIXED_PRICE"),
+        ("imp__0__video__w", "NO_RESOLUTION"),
+        ("imp__0__video__h", "NO_RESOLUTION"),
+        ("imp__0__qty__multiplier", "NO_TOTAL_AUDIENCE"),
+    ],
+)
+def test_a_huge_integer_is_judged_by_its_rule_not_called_malformed(path: str, code: str) -> None:
+    """Decisions section 6: only malformed JSON is INVALID_REQUEST; `1e400` in the same place
+    met its rule, a 5,000-digit integer got INVALID_REQUEST ("Integer value out of range")."""
+    raw = json.dumps(body(**{path: "@@huge@@"})).replace('"@@huge@@"', _HUGE).encode()
+    assert code_of(raw) == code
+
+
+def test_a_huge_floor_is_a_floor_and_the_other_numbers_stay_integers() -> None:
+    raw = json.dumps(body(imp__0__pmp__deals__0__bidfloor="@@huge@@"))
+    ask = parse_bid_request(raw.replace('"@@huge@@"', _HUGE).encode())
+    assert ask.bidfloor == Decimal(_HUGE)
+    assert (ask.width, ask.height) == (1920, 1080)
+    assert type(ask.width) is int
+
+
+@pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity"])
+def test_the_slow_path_still_refuses_what_json_does_not_allow(constant: bytes) -> None:
+    """Python's json reads NaN and Infinity; JSON has neither (else: MULTI_IMP_NOT_SUPPORTED)."""
+    raw = b'{"id": "a", "at": ' + _HUGE.encode() + b', "imp": [], "x": ' + constant + b"}"
+    assert code_of(raw) == "INVALID_REQUEST"
