@@ -31,7 +31,7 @@ Validation runs in this order and the first failing rule answers 400 with its co
    container (`imp`, `video`, `pmp`, `qty`, `ext`) has the wrong JSON type;
 2. `MULTI_IMP_NOT_SUPPORTED`: not exactly one impression (zero included), `details.imp_count`;
    then `imp[0].id` missing is `INVALID_REQUEST`;
-3. `NOT_FIXED_PRICE`: `at` is not 3, or `imp[0].pmp.deals[0].at` is present and not 3;
+3. `NOT_FIXED_PRICE`: `at` is not 3, or `imp[0].pmp.deals[0].at` is absent or not 3;
 4. `NO_EXTERNAL_SCREEN_ID`: `imp[0].tagid` missing or empty;
 5. `NO_VIDEO_OBJECT`: `imp[0].video` missing, or `imp[0].banner` present;
 6. `NO_RESOLUTION`: `video.w` or `video.h` missing or not a positive integer
@@ -84,6 +84,16 @@ def _error(description: str) -> dict[str, Any]:
     }
 
 
+#: The legacy `ext.totalaud` where it is read (no `qty`): an audience like `qty.multiplier`.
+_AUDIENCE: dict[str, Any] = {
+    "type": "number",
+    "exclusiveMinimum": True,
+    "minimum": 0,
+    "exclusiveMaximum": True,
+    "maximum": 10_000_000_000,
+}
+
+
 def _schemas() -> dict[str, Any]:
     number = {"type": "number"}
     return {
@@ -107,8 +117,17 @@ def _schemas() -> dict[str, Any]:
             "type": "object",
             "required": ["id", "tagid", "video", "pmp"],
             "anyOf": [
-                {"required": ["qty"]},
-                {"required": ["ext"], "properties": {"ext": {"required": ["totalaud"]}}},
+                {"required": ["qty"], "properties": {"qty": {"type": "object"}}},
+                {
+                    "required": ["ext"],
+                    "properties": {
+                        "ext": {
+                            "type": "object",
+                            "required": ["totalaud"],
+                            "properties": {"totalaud": _AUDIENCE},
+                        }
+                    },
+                },
             ],
             "properties": {
                 "id": {"type": "string", "minLength": 1},
@@ -117,14 +136,23 @@ def _schemas() -> dict[str, Any]:
                     "minLength": 1,
                     "description": "The publisher's external screen id.",
                 },
-                "banner": {"not": {}, "description": "Not supported: must be absent."},
+                "banner": {
+                    "nullable": True,
+                    "enum": [None],
+                    "description": "Not supported: must be absent (or null).",
+                },
                 "video": {
                     "type": "object",
                     "required": ["w", "h"],
                     "properties": {
                         "w": {"type": "integer", "minimum": 1},
                         "h": {"type": "integer", "minimum": 1},
-                        "mimes": {"type": "array", "items": {"type": "string"}},
+                        "mimes": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "nullable": True,
+                            "description": "Absent or null: any type; empty: none (204).",
+                        },
                     },
                 },
                 "pmp": {
@@ -135,11 +163,11 @@ def _schemas() -> dict[str, Any]:
                             "type": "array",
                             "minItems": 1,
                             "description": "Only the first deal is read and checked (`id`, a "
-                            "`bidfloor` of 0 or more, `at` 3 when present); later deals are not "
+                            "`bidfloor` of 0 or more, `at` 3); later deals are not "
                             "read, so one that breaks this schema is tolerated.",
                             "items": {
                                 "type": "object",
-                                "required": ["id", "bidfloor"],
+                                "required": ["id", "bidfloor", "at"],
                                 "properties": {
                                     "id": {"type": "string", "minLength": 1},
                                     "bidfloor": {
@@ -155,6 +183,8 @@ def _schemas() -> dict[str, Any]:
                 },
                 "qty": {
                     "type": "object",
+                    "nullable": True,
+                    "description": "Null counts as absent (then `ext.totalaud` applies).",
                     "required": ["multiplier"],
                     "properties": {
                         "multiplier": {
@@ -172,15 +202,12 @@ def _schemas() -> dict[str, Any]:
                 },
                 "ext": {
                     "type": "object",
+                    "nullable": True,
                     "properties": {
                         "totalaud": {
-                            "type": "number",
-                            "exclusiveMinimum": True,
-                            "minimum": 0,
-                            "exclusiveMaximum": True,
-                            "maximum": 10_000_000_000,
-                            "description": "Legacy audience; used only when qty is absent; "
-                            "below 10 billion.",
+                            "description": "Legacy audience, read only when `qty` is absent "
+                            "or null: then a number above 0 and below 10 billion (see the "
+                            "`anyOf` above); beside a `qty` it is not read.",
                         }
                     },
                 },
@@ -408,6 +435,23 @@ def _loss_operation(operation_id: str, method: str) -> dict[str, Any]:
     return operation
 
 
+def _openapi_operation() -> dict[str, Any]:
+    return {
+        "operationId": "openapi",
+        "summary": "This document (deprecated interface)",
+        "deprecated": True,
+        "security": [{"bearer": []}],
+        "responses": {
+            "200": {
+                "description": "The OpenAPI 3.0 description of this interface.",
+                "headers": _headers(),
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            },
+            "401": _error("`INVALID_API_KEY`: Authorization missing or invalid."),
+        },
+    }
+
+
 @cache
 def _document(public_base_url: str, migration_guide: str) -> dict[str, Any]:
     loss_path = f"{OPENRTB_PREFIX}/loss/{{offer_id}}"
@@ -426,6 +470,7 @@ def _document(public_base_url: str, migration_guide: str) -> dict[str, Any]:
                 "get": _loss_operation("lossNotice", "GET"),
                 "post": _loss_operation("lossNoticePost", "POST"),
             },
+            f"{OPENRTB_PREFIX}/openapi.json": {"get": _openapi_operation()},
         },
         "components": {
             "securitySchemes": {

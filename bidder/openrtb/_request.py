@@ -222,7 +222,9 @@ def _judge(request: BidRequestView) -> BidAsk:
 
 
 def _check_fixed_price(at: Any, imp: Imp) -> None:
-    """`at` must be 3; so must the first deal's `at` when it overrides the request's."""
+    """`at` must be 3, and so must the first deal's: the contract's field table requires
+    `imp[0].pmp.deals[0].at` ("yes", "Must be 3"), so a deal without one is refused here,
+    where OpenRTB itself would let it inherit the request's."""
     if not _is_int(at) or at != FIXED_PRICE:
         raise _invalid(
             "NOT_FIXED_PRICE", "Only fixed-price auctions are supported: at must be 3", at=at
@@ -230,7 +232,7 @@ def _check_fixed_price(at: Any, imp: Imp) -> None:
     deals = imp.pmp.deals if imp.pmp is not None else None
     if isinstance(deals, list) and deals and isinstance(deals[0], dict):
         deal_at = deals[0].get("at")
-        if deal_at is not None and (not _is_int(deal_at) or deal_at != FIXED_PRICE):
+        if not _is_int(deal_at) or deal_at != FIXED_PRICE:
             raise _invalid(
                 "NOT_FIXED_PRICE",
                 "Only fixed-price deals are supported: imp[0].pmp.deals[0].at must be 3",

@@ -53,7 +53,13 @@ def test_openapi_document_is_valid_and_describes_exactly_the_interface(
     document: dict[str, Any] = response.json()
     validate(document)
     assert document["openapi"].startswith("3.0")
-    assert set(document["paths"]) == {f"{PREFIX}/bid", f"{PREFIX}/", f"{PREFIX}/loss/{{offer_id}}"}
+    assert set(document["paths"]) == {
+        f"{PREFIX}/bid",
+        f"{PREFIX}/",
+        f"{PREFIX}/loss/{{offer_id}}",
+        OPENAPI,
+    }
+    assert set(document["paths"][OPENAPI]["get"]["responses"]) == {"200", "401"}
     assert set(document["paths"][f"{PREFIX}/loss/{{offer_id}}"]) == {"get", "post"}
     bid = document["paths"][f"{PREFIX}/bid"]["post"]
     assert set(bid["responses"]) >= {"200", "204", "400", "401"}
