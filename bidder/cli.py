@@ -17,33 +17,37 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-import asyncpg
 import msgspec
 from granian import Granian
 from granian.constants import HTTPModes, Interfaces, Loops
 from granian.log import LogLevels
 from redis.exceptions import RedisError
 
-from bidder import cli_records
-from bidder.admin import KeyCreated, UnknownPublisher, check_expiry, issue_key
+from bidder import cli_admin, cli_records
+from bidder.admin import (
+    KeyCreated,
+    UnknownPublisher,
+    check_expiry,
+    import_inventory,
+    issue_key,
+    revoke_key_id,
+)
+from bidder.cli_common import CommandFailed, with_connection
 from bidder.cli_records import port_number
 from bidder.errors import UNREADABLE_JSON, BadRequest
-from bidder.observability import MULTIPROCESS_DIR_ENV, multiprocess_dir
+from bidder.observability import MULTIPROCESS_DIR_ENV, configure_logging, multiprocess_dir
 from bidder.runtime import utcnow
 from bidder.settings import Settings, SettingsError, load_settings
 from matching.inventory import InventoryDocument, Problem
 from store.inventory_repo import (
     InventoryRejected,
     export_document,
-    import_document,
-    revoke_api_key,
 )
-from store.postgres import CONNECT_ERRORS, Conn, create_pool, describe_connect_error, migrate
+from store.postgres import Conn, migrate
 
 EXIT_REFUSED = 1
 EXIT_SETTINGS = 2
@@ -53,10 +57,6 @@ EXIT_BROKEN_PIPE = 141
 _encoder = msgspec.json.Encoder(decimal_format="number")
 
 T = TypeVar("T")
-
-
-class CommandFailed(Exception):
-    """A command could not do its job; the message says why (exit 1)."""
 
 
 # -- serving ---------------------------------------------------------------------------------
@@ -129,28 +129,15 @@ def _share_metrics() -> str:
 
 
 def _settings() -> Settings:
-    return load_settings()
-
-
-async def _with_connection(settings: Settings, work: Callable[[Conn], Awaitable[T]]) -> T:
-    """Run `work` on a connection set up like the service's (jsonb as Python objects);
-    Postgres problems become CommandFailed."""
-    try:
-        pool = await create_pool(settings.database_url, min_size=1, max_size=1)
-    except CONNECT_ERRORS as exc:
-        said = describe_connect_error(exc)
-        raise CommandFailed(f"cannot reach Postgres at DATABASE_URL: {said}") from None
-    try:
-        async with pool.acquire() as conn:
-            return await work(conn)
-    except asyncpg.PostgresError as exc:
-        raise CommandFailed(f"Postgres refused the change: {exc}") from None
-    finally:
-        await pool.close()
+    """The settings, and the service's JSON logging on stderr at LOG_LEVEL (an operator's
+    change made here logs its `bidder.audit` line as the admin API's does)."""
+    settings = load_settings()
+    configure_logging(settings.log_level)
+    return settings
 
 
 def _cmd_migrate(_: argparse.Namespace) -> int:
-    applied = asyncio.run(_with_connection(_settings(), migrate))
+    applied = asyncio.run(with_connection(_settings(), migrate))
     print("applied: " + ", ".join(applied) if applied else "schema is up to date")
     return 0
 
@@ -201,10 +188,10 @@ def _cmd_import(args: argparse.Namespace) -> int:
         sys.stderr.write(f"checking {items:,} items...\n")
 
     async def work(conn: Conn) -> dict[str, int]:
-        return await import_document(conn, doc, progress)
+        return await import_inventory(conn, doc, progress)
 
     try:
-        counts = asyncio.run(_with_connection(settings, work))
+        counts = asyncio.run(with_connection(settings, work))
     except InventoryRejected as exc:
         for problem in exc.problems:
             print(_describe(problem), file=sys.stderr)
@@ -223,7 +210,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             return await export_document(conn)
 
-    doc = asyncio.run(_with_connection(settings, work))
+    doc = asyncio.run(with_connection(settings, work))
     data = msgspec.json.format(_encoder.encode(doc), indent=2) + b"\n"
     if args.file in (None, "-"):
         sys.stdout.buffer.write(data)
@@ -248,7 +235,7 @@ def _cmd_keys_create(args: argparse.Namespace) -> int:
         except UnknownPublisher:
             raise CommandFailed(f"no publisher with id {args.publisher}") from None
 
-    created = asyncio.run(_with_connection(settings, work))
+    created = asyncio.run(with_connection(settings, work))
     print(f"key_id:     {created.key_id}")
     print(f"api_key:    {created.api_key}")
     print(f"expires_at: {created.expires_at or 'never'}")
@@ -260,9 +247,9 @@ def _cmd_keys_revoke(args: argparse.Namespace) -> int:
     settings = _settings()
 
     async def work(conn: Conn) -> bool:
-        return await revoke_api_key(conn, args.key_id)
+        return await revoke_key_id(conn, args.key_id)
 
-    if not asyncio.run(_with_connection(settings, work)):
+    if not asyncio.run(with_connection(settings, work)):
         raise CommandFailed(f"no API key with id {args.key_id}")
     print(f"revoked {args.key_id}; every worker refuses it within 2 seconds")
     return 0
@@ -351,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.set_defaults(func=_cmd_dev)
 
+    cli_admin.register(commands)
     cli_records.register(commands)
     _register_bench(commands)
     return parser

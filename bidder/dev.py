@@ -164,7 +164,8 @@ def examples(base: str, api_key: str, admin_token: str) -> str:
 
 def run_dev(port: int, *, reset_demo: bool = False) -> int:
     """Prepare everything, serve until Ctrl-C, then stop the local servers cleanly."""
-    from bidder.cli import CommandFailed, ensure_port_free, serve  # noqa: PLC0415 - cli imports this lazily
+    from bidder.cli import ensure_port_free, serve  # noqa: PLC0415 - cli imports this lazily
+    from bidder.cli_common import CommandFailed  # noqa: PLC0415
 
     ensure_port_free("127.0.0.1", port)  # before starting anything: say so at once
     DEV_FOLDER.mkdir(parents=True, exist_ok=True)

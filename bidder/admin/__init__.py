@@ -1,5 +1,22 @@
-"""The admin API for operators (routes in `routes`), and the key issuing it shares with the CLI."""
+"""The admin API for operators (routes in `routes`), and what it shares with the CLI: key
+issuing and revoking, inventory import, campaign views and top-ups, offer and deal views."""
 
-from bidder.admin._keys import KeyCreated, UnknownPublisher, check_expiry, issue_key
+from bidder.admin._campaigns import apply_top_up, load_campaign, with_budget
+from bidder.admin._inventory import import_inventory
+from bidder.admin._keys import KeyCreated, UnknownPublisher, check_expiry, issue_key, revoke_key_id
+from bidder.admin.records_routes import RecordSource, deal_view, offer_view
 
-__all__ = ["KeyCreated", "UnknownPublisher", "check_expiry", "issue_key"]
+__all__ = [
+    "KeyCreated",
+    "RecordSource",
+    "UnknownPublisher",
+    "apply_top_up",
+    "check_expiry",
+    "deal_view",
+    "import_inventory",
+    "issue_key",
+    "load_campaign",
+    "offer_view",
+    "revoke_key_id",
+    "with_budget",
+]

@@ -12,10 +12,21 @@ from bidder.admin._common import audit, decode, json_response, problems_response
 from bidder.errors import BadRequest
 from bidder.web import postgres
 from matching.inventory import InventoryDocument
-from store.inventory_repo import InventoryRejected, export_document, import_document
+from store.inventory_repo import InventoryRejected, Progress, export_document, import_document
+from store.postgres import Conn
 
 #: A document of 100,000 screens is about 35 MB of JSON; the rest of the service takes 1 MB.
 MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
+
+
+async def import_inventory(
+    conn: Conn, doc: InventoryDocument, progress: Progress | None = None
+) -> dict[str, int]:
+    """`import_document` with the audit line of an operator's change (the admin API's and the
+    CLI's way): the counts per list, upserted."""
+    counts = await import_document(conn, doc, progress)
+    audit.info("inventory imported", extra={"counts": counts})
+    return counts
 
 
 @put("/inventory", request_max_body_size=MAX_DOCUMENT_BYTES)
@@ -25,7 +36,7 @@ async def put_inventory(request: Request[Any, Any, Any]) -> Response[bytes]:
     doc = decode(await request.body(), InventoryDocument, "inventory document")
     async with postgres(request) as conn:
         try:
-            counts = await import_document(conn, doc)
+            counts = await import_inventory(conn, doc)
         except InventoryRejected as exc:
             return problems_response(
                 f"The inventory document has {len(exc.problems)} problem(s); nothing was applied",
@@ -37,8 +48,6 @@ async def put_inventory(request: Request[Any, Any, Any]) -> Response[bytes]:
                 f"The inventory document conflicts with stored data ({exc.constraint_name}); "
                 "nothing was applied"
             ) from None
-    # The audit trail of operator changes (successful requests have no access line).
-    audit.info("inventory imported", extra={"counts": counts})
     return json_response({"counts": counts})
 
 

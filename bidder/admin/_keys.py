@@ -63,7 +63,8 @@ async def issue_key(
     conn: Conn, settings: Settings, publisher_id: str, expires_at: datetime | None
 ) -> KeyCreated:
     """Make a key of this environment for `publisher_id`; only its hash is stored.
-    UnknownPublisher when there is no such publisher. Shared by the admin API and the CLI."""
+    UnknownPublisher when there is no such publisher. Shared by the admin API and the CLI, and
+    so is the audit line (never the key itself: its id and owner are the trail)."""
     api_key, key_hash = new_api_key(settings.key_prefix)
     expires_at = stored_expiry(expires_at)
     try:
@@ -73,7 +74,17 @@ async def issue_key(
     except asyncpg.ForeignKeyViolationError:
         raise UnknownPublisher(publisher_id) from None
     answered = None if expires_at is None else iso_utc(expires_at)
+    audit.info("API key created", extra={"publisher_id": publisher_id, "key_id": key_id})
     return KeyCreated(key_id=key_id, api_key=api_key, expires_at=answered)
+
+
+async def revoke_key_id(conn: Conn, key_id: str) -> bool:
+    """Revoke a key (the admin API's and the CLI's way, with the audit line); False when
+    there is no such key."""
+    if not await revoke_api_key(conn, key_id):
+        return False
+    audit.info("API key revoked", extra={"key_id": key_id})
+    return True
 
 
 @post("/publishers/{publisher_id:str}/api-keys", status_code=201)
@@ -89,8 +100,6 @@ async def create_key(
             created = await issue_key(conn, settings, publisher_id, body.expires_at)
         except UnknownPublisher:
             raise NotFound(f"Unknown publisher {publisher_id}") from None
-    # Never the key itself: its id and owner are the trail.
-    audit.info("API key created", extra={"publisher_id": publisher_id, "key_id": created.key_id})
     response = json_response(created, status=201)
     response.headers["Cache-Control"] = "no-store"
     return response
@@ -100,9 +109,8 @@ async def create_key(
 async def revoke_key(request: Request[Any, Any, Any], key_id: FromPath[str]) -> None:
     key_id = path_uuid(key_id, "key id")
     async with postgres(request) as conn:
-        if not await revoke_api_key(conn, key_id):
+        if not await revoke_key_id(conn, key_id):
             raise NotFound(f"Unknown API key {key_id}")
-    audit.info("API key revoked", extra={"key_id": key_id})
 
 
 routes = [create_key, revoke_key]

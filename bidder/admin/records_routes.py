@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 from litestar import Request, Response, Router, get
@@ -24,6 +24,7 @@ from bidder.errors import NotFound, Unavailable
 from bidder.runtime import Runtime
 from bidder.web import answering_pool, iso_utc, postgres_unavailable, runtime_of
 from matching.money import micros_to_cents, plain
+from store.hot import HotState
 from store.postgres import aware
 from store.record_rows import ms_to_time
 
@@ -63,10 +64,30 @@ def _cents(value: Decimal | None) -> Decimal | None:
     return None if value is None else plain(value)
 
 
-async def _hot_offer(rt: Runtime, offer_id: str) -> tuple[dict[str, str] | None, bool]:
+class RecordSource(Protocol):
+    """Where the views read: Redis (`hot`) and Postgres (`fetch`, which raises Unavailable when
+    Postgres cannot answer). The admin API reads through its worker; the CLI on its own."""
+
+    hot: HotState
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]: ...
+
+
+class _WorkerSource:
+    """The admin API's source: this worker's Redis clients and Postgres pool."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.hot = rt.hot
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        return await _fetch(self.rt, sql, *args)
+
+
+async def _hot_offer(hot: HotState, offer_id: str) -> tuple[dict[str, str] | None, bool]:
     """The offer's hash while Redis holds it (else None), and whether Redis could be asked."""
     try:
-        return await rt.hot.offer(offer_id), True
+        return await hot.offer(offer_id), True
     except (RedisError, OSError):
         return None, False
 
@@ -90,11 +111,11 @@ def _admin_status(status: str | None) -> str | None:
     return _ADMIN_STATUS.get(status, status) if status is not None else None
 
 
-async def _offer_from_redis(rt: Runtime, hot: dict[str, str]) -> dict[str, Any]:
+async def _offer_from_redis(source: RecordSource, hot: dict[str, str]) -> dict[str, Any]:
     reason = None
     if hot.get("status") == "rejected":  # the reason travels in the record, not the hash
         try:
-            rows = await _fetch(rt, _REASON_SQL, hot["offer_id"])
+            rows = await source.fetch(_REASON_SQL, hot["offer_id"])
             reason = rows[0]["reason"] if rows else None
         except Unavailable:
             reason = None
@@ -110,82 +131,86 @@ async def _offer_from_redis(rt: Runtime, hot: dict[str, str]) -> dict[str, Any]:
     }
 
 
-@get("/offers/{offer_id:str}")
-async def get_offer(request: Request[Any, Any, Any], offer_id: FromPath[str]) -> Response[bytes]:
-    """An offer's status and price: live from Redis, else from the records."""
-    offer_id = path_uuid(offer_id, "offer_id")
-    rt = runtime_of(request)
-    hot, redis_answered = await _hot_offer(rt, offer_id)
+async def offer_view(source: RecordSource, offer_id: str) -> dict[str, Any]:
+    """An offer's status and price (`GET /admin/v1/offers/{id}`, `bidder offers show`): live
+    from Redis, else from the records."""
+    hot, redis_answered = await _hot_offer(source.hot, offer_id)
     if hot is not None and "price" in hot:
-        return json_response(await _offer_from_redis(rt, hot))
-    rows = await _fetch(rt, _OFFER_SQL, offer_id)
+        return await _offer_from_redis(source, hot)
+    rows = await source.fetch(_OFFER_SQL, offer_id)
     if not rows:
         if not redis_answered:  # it may be open, and an open offer is in Redis only
             raise Unavailable("Redis is unavailable, retry shortly", headers={"Retry-After": "1"})
         raise NotFound(f"Offer {offer_id} not found")
     row = rows[0]
-    return json_response(
-        {
-            "offer_id": row["offer_id"],
-            "status": _admin_status(row["status"]),
-            "screen_id": row["screen_id"],
-            "campaign_id": row["campaign_id"],
-            "bid_price_cents": _cents(row["bid_price_cents"]),
-            "expires_at": _iso(row["expires_at"]),
-            "rejection_reason": row["rejection_reason"],
-            "deal_id": row["deal_id"],
-        }
-    )
+    return {
+        "offer_id": row["offer_id"],
+        "status": _admin_status(row["status"]),
+        "screen_id": row["screen_id"],
+        "campaign_id": row["campaign_id"],
+        "bid_price_cents": _cents(row["bid_price_cents"]),
+        "expires_at": _iso(row["expires_at"]),
+        "rejection_reason": row["rejection_reason"],
+        "deal_id": row["deal_id"],
+    }
+
+
+async def deal_view(source: RecordSource, deal_id: str) -> dict[str, Any]:
+    """A deal with its billing record and playouts, once the records are written
+    (`GET /admin/v1/deals/{id}`, `bidder deals show`)."""
+    deals = await source.fetch(_DEAL_SQL, deal_id)
+    if not deals:
+        raise NotFound(f"Deal {deal_id} not found (or its records are not written yet)")
+    deal = deals[0]
+    billing_rows = await source.fetch(_BILLING_SQL, deal_id)
+    playouts = await source.fetch(_PLAYOUTS_SQL, deal_id)
+    billing = billing_rows[0] if billing_rows else None
+    return {
+        "deal_id": deal["deal_id"],
+        "offer_id": deal["offer_id"],
+        "publisher_id": deal["publisher_id"],
+        "campaign_id": deal["campaign_id"],
+        "gross_price_cents": _cents(deal["gross_price_cents"]),
+        "commission_cents": _cents(deal["commission_cents"]),
+        "net_price_cents": _cents(deal["net_price_cents"]),
+        "accepted_at": _iso(deal["accepted_at"]),
+        "billing": None
+        if billing is None
+        else {
+            "billing_id": billing["billing_id"],
+            "billing_code": billing["billing_code"],
+            "source": billing["source"],
+            "commission_rate": _cents(billing["commission_rate"]),
+            "gross_price_cents": _cents(billing["gross_price_cents"]),
+            "commission_cents": _cents(billing["commission_cents"]),
+            "net_price_cents": _cents(billing["net_price_cents"]),
+            "billed_at": _iso(billing["billed_at"]),
+        },
+        "playouts": [
+            {
+                "playout_id": p["playout_id"],
+                "played_at": _iso(p["played_at"]),
+                "confirmed_at": _iso(p["confirmed_at"]),
+                "duration_seconds": p["duration_seconds"],
+                "completion_rate": _cents(p["completion_rate"]),
+                "player_version": p["player_version"],
+                "screen_resolution": p["screen_resolution"],
+            }
+            for p in playouts
+        ],
+    }
+
+
+@get("/offers/{offer_id:str}")
+async def get_offer(request: Request[Any, Any, Any], offer_id: FromPath[str]) -> Response[bytes]:
+    offer_id = path_uuid(offer_id, "offer_id")
+    return json_response(await offer_view(_WorkerSource(runtime_of(request)), offer_id))
 
 
 @get("/deals/{deal_id:str}")
 async def get_deal(request: Request[Any, Any, Any], deal_id: FromPath[str]) -> Response[bytes]:
-    """A deal with its billing record and playouts, once the records are written."""
     deal_id = path_uuid(deal_id, "deal_id")
-    rt = runtime_of(request)
-    deals = await _fetch(rt, _DEAL_SQL, deal_id)
-    if not deals:
-        raise NotFound(f"Deal {deal_id} not found (or its records are not written yet)")
-    deal = deals[0]
-    billing_rows = await _fetch(rt, _BILLING_SQL, deal_id)
-    playouts = await _fetch(rt, _PLAYOUTS_SQL, deal_id)
-    billing = billing_rows[0] if billing_rows else None
-    return json_response(
-        {
-            "deal_id": deal["deal_id"],
-            "offer_id": deal["offer_id"],
-            "publisher_id": deal["publisher_id"],
-            "campaign_id": deal["campaign_id"],
-            "gross_price_cents": _cents(deal["gross_price_cents"]),
-            "commission_cents": _cents(deal["commission_cents"]),
-            "net_price_cents": _cents(deal["net_price_cents"]),
-            "accepted_at": _iso(deal["accepted_at"]),
-            "billing": None
-            if billing is None
-            else {
-                "billing_id": billing["billing_id"],
-                "billing_code": billing["billing_code"],
-                "source": billing["source"],
-                "commission_rate": _cents(billing["commission_rate"]),
-                "gross_price_cents": _cents(billing["gross_price_cents"]),
-                "commission_cents": _cents(billing["commission_cents"]),
-                "net_price_cents": _cents(billing["net_price_cents"]),
-                "billed_at": _iso(billing["billed_at"]),
-            },
-            "playouts": [
-                {
-                    "playout_id": p["playout_id"],
-                    "played_at": _iso(p["played_at"]),
-                    "confirmed_at": _iso(p["confirmed_at"]),
-                    "duration_seconds": p["duration_seconds"],
-                    "completion_rate": _cents(p["completion_rate"]),
-                    "player_version": p["player_version"],
-                    "screen_resolution": p["screen_resolution"],
-                }
-                for p in playouts
-            ],
-        }
-    )
+    return json_response(await deal_view(_WorkerSource(runtime_of(request)), deal_id))
 
 
 routes: list[Any] = [

@@ -56,6 +56,12 @@ async def bidder(
     )
 
 
+def audit_lines(done: subprocess.CompletedProcess[bytes]) -> list[dict[str, Any]]:
+    """The `bidder.audit` JSON lines a command wrote on stderr."""
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith(b"{")]
+    return [line for line in lines if line.get("logger") == "bidder.audit"]
+
+
 async def fetchval(servers: ServerUrls, sql: str, *params: Any) -> Any:
     conn = await asyncpg.connect(servers.database_url)
     try:
@@ -151,7 +157,9 @@ async def test_an_unreadable_file_is_refused_clearly(
 async def test_keys_create_and_revoke(servers: ServerUrls, clean: None, tmp_path: Path) -> None:
     source = tmp_path / "inventory.json"
     source.write_text(json.dumps(full_document()))
-    assert (await bidder(cli_env(servers), "inventory", "import", str(source))).returncode == 0
+    imported = await bidder(cli_env(servers), "inventory", "import", str(source))
+    assert imported.returncode == 0
+    assert [line["message"] for line in audit_lines(imported)] == ["inventory imported"]
 
     created = await bidder(
         cli_env(servers), "keys", "create", "--publisher", PUB, "--expires-at", "2099-01-01T00:00Z"
@@ -167,6 +175,13 @@ async def test_keys_create_and_revoke(servers: ServerUrls, clean: None, tmp_path
 
     revoked = await bidder(cli_env(servers), "keys", "revoke", key_id)
     assert revoked.returncode == 0
+    # The admin API's audit trail, for changes made here too; never the key itself.
+    trail = audit_lines(created) + audit_lines(revoked)
+    assert [(line["message"], line["key_id"]) for line in trail] == [
+        ("API key created", key_id),
+        ("API key revoked", key_id),
+    ]
+    assert api_key.encode() not in created.stderr
     assert await fetchval(
         servers, "SELECT revoked_at IS NOT NULL FROM api_keys WHERE key_id = $1", uuid.UUID(key_id)
     )

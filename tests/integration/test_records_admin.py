@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ from store.reconcile import reconcile, summarize
 from store.records import RecordWriter
 from tests.conftest import ADMIN_TOKEN, ServerUrls, make_settings, wait_for_inventory
 from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING, basic_document, seed
+from tests.integration._admin_helpers import parsed
 from tests.integration._core_helpers import live_app
 from tests.integration._records_support import (
     ACCEPTED,
@@ -35,6 +37,7 @@ from tests.integration._records_support import (
     prepare,
     reserve_offer,
 )
+from tests.integration.test_cli import bidder, cli_env
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -402,3 +405,55 @@ async def test_a_timestamp_stored_as_infinity_reads_as_the_first_or_last_instant
         "0001-01-01T00:00:00.000Z",
         "9999-12-31T23:59:59.999Z",
     )
+
+
+async def test_the_cli_shows_and_tops_up_what_the_admin_api_does(
+    app_client: AsyncTestClient[Litestar], redis_client: Redis, settings: Any
+) -> None:
+    """Decisions section 2: every admin operation from the command line too. `bidder campaigns
+    show|top-up`, `offers show` and `deals show` print what the admin API answers, and a
+    top-up logs its audit line there as well."""
+    await seed(settings.database_url, basic_document())
+    await wait_for_inventory(app_client)
+    env = cli_env(ServerUrls(settings.redis_url, settings.database_url, None))
+    hot = HotState(redis_client)
+    camp = build_snapshot(basic_document()).campaigns[CAMPAIGN]
+    offer_id = await reserve_offer(hot, camp, "core")
+    answered = await accept_offer(hot, offer_id)
+    assert isinstance(answered, Answered)
+    deal = await _until(app_client, f"/admin/v1/deals/{answered.deal_id}")
+    assert deal.status_code == 200, deal.text
+
+    for args, path in [
+        (("offers", "show", offer_id), f"/admin/v1/offers/{offer_id}"),
+        (("deals", "show", answered.deal_id), f"/admin/v1/deals/{answered.deal_id}"),
+        (("campaigns", "show", CAMPAIGN), f"/admin/v1/campaigns/{CAMPAIGN}"),
+    ]:
+        shown = await bidder(env, *args)
+        assert shown.returncode == 0, shown.stderr
+        api = await app_client.get(path, headers=ADMIN)
+        assert parsed(shown.stdout) == parsed(api.content), args
+
+    topped = await bidder(env, "campaigns", "top-up", CAMPAIGN, "250.000001")
+    assert topped.returncode == 0, topped.stderr
+    body = parsed(topped.stdout)
+    assert body["budget_cents"] == Decimal("100250.000001")
+    assert body["budget"]["total_cents"] == Decimal("100250.000001")
+    audit = [json.loads(line) for line in topped.stderr.splitlines() if b"bidder.audit" in line]
+    assert [(line["message"], line["campaign_id"]) for line in audit] == [
+        ("budget topped up", CAMPAIGN)
+    ]
+    api = parsed((await app_client.get(f"/admin/v1/campaigns/{CAMPAIGN}", headers=ADMIN)).content)
+    assert api["budget"]["total_cents"] == Decimal("100250.000001")
+
+    for args, fragment in [
+        (("campaigns", "top-up", CAMPAIGN, "-5"), b"positive"),
+        (("campaigns", "top-up", CAMPAIGN, "9000000000"), b"exceed"),
+        (("campaigns", "show", str(uuid.uuid4())), b"Unknown campaign"),
+        (("offers", "show", str(uuid.uuid4())), b"not found"),
+        (("deals", "show", str(uuid.uuid4())), b"not found"),
+    ]:
+        refused = await bidder(env, *args)
+        assert refused.returncode == 1, (args, refused.stderr)
+        assert fragment in refused.stderr
+        assert b"Traceback" not in refused.stderr
