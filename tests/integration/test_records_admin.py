@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -37,7 +36,7 @@ from tests.integration._records_support import (
     prepare,
     reserve_offer,
 )
-from tests.integration.test_cli import bidder, cli_env
+from tests.integration.test_cli import audit_lines, bidder, cli_env
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -424,11 +423,12 @@ async def test_the_cli_shows_and_tops_up_what_the_admin_api_does(
     deal = await _until(app_client, f"/admin/v1/deals/{answered.deal_id}")
     assert deal.status_code == 200, deal.text
 
-    for args, path in [
+    shows: list[tuple[tuple[str, ...], str]] = [
         (("offers", "show", offer_id), f"/admin/v1/offers/{offer_id}"),
         (("deals", "show", answered.deal_id), f"/admin/v1/deals/{answered.deal_id}"),
         (("campaigns", "show", CAMPAIGN), f"/admin/v1/campaigns/{CAMPAIGN}"),
-    ]:
+    ]
+    for args, path in shows:
         shown = await bidder(env, *args)
         assert shown.returncode == 0, shown.stderr
         api = await app_client.get(path, headers=ADMIN)
@@ -439,20 +439,20 @@ async def test_the_cli_shows_and_tops_up_what_the_admin_api_does(
     body = parsed(topped.stdout)
     assert body["budget_cents"] == Decimal("100250.000001")
     assert body["budget"]["total_cents"] == Decimal("100250.000001")
-    audit = [json.loads(line) for line in topped.stderr.splitlines() if b"bidder.audit" in line]
-    assert [(line["message"], line["campaign_id"]) for line in audit] == [
+    assert [(line["message"], line["campaign_id"]) for line in audit_lines(topped)] == [
         ("budget topped up", CAMPAIGN)
     ]
     api = parsed((await app_client.get(f"/admin/v1/campaigns/{CAMPAIGN}", headers=ADMIN)).content)
     assert api["budget"]["total_cents"] == Decimal("100250.000001")
 
-    for args, fragment in [
+    refusals: list[tuple[tuple[str, ...], bytes]] = [
         (("campaigns", "top-up", CAMPAIGN, "-5"), b"positive"),
         (("campaigns", "top-up", CAMPAIGN, "9000000000"), b"exceed"),
         (("campaigns", "show", str(uuid.uuid4())), b"Unknown campaign"),
         (("offers", "show", str(uuid.uuid4())), b"not found"),
         (("deals", "show", str(uuid.uuid4())), b"not found"),
-    ]:
+    ]
+    for args, fragment in refusals:
         refused = await bidder(env, *args)
         assert refused.returncode == 1, (args, refused.stderr)
         assert fragment in refused.stderr
