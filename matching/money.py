@@ -11,6 +11,7 @@ from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal, InvalidOperation
 MICROS_PER_CENT = 1_000_000
 CENT_PLACES = Decimal("0.000001")
 _MICROS = Decimal(MICROS_PER_CENT)
+_MICRO_PLACES = 6
 
 
 class MoneyError(ValueError):
@@ -38,12 +39,28 @@ def parse_cents(value: object) -> Decimal:
 
 
 def cents_to_micros(cents: Decimal, *, exact: bool = True) -> int:
-    """Decimal cents to micro-cents. `exact` refuses finer amounts; otherwise rounds up."""
-    scaled = cents * _MICROS
-    whole = scaled.to_integral_value(rounding=ROUND_CEILING)
-    if exact and whole != scaled:
-        raise MoneyError("has more than 6 decimal places of a cent")
-    return int(whole)
+    """Decimal cents to micro-cents. `exact` refuses finer amounts; otherwise rounds up.
+
+    Done on the digits in integers, not in a Decimal context, which rounds a coefficient past
+    28 digits (a floor of 3.333633000...0001 cents came out as 3.333633, undercut) and flushes
+    a tiny amount to zero (an accepted price of 1e-9999999 cents became a free deal)."""
+    sign, digits, exponent = cents.as_tuple()
+    if not isinstance(exponent, int):
+        raise MoneyError("must be a finite number")
+    coefficient = int("".join(map(str, digits)))
+    shift = exponent + _MICRO_PLACES
+    if shift >= 0:
+        micros, rest = coefficient * 10**shift, 0
+    elif -shift > len(digits):  # every digit is below a micro-cent (10**-shift may be huge)
+        micros, rest = 0, coefficient
+    else:
+        micros, rest = divmod(coefficient, 10**-shift)
+    if rest:
+        if exact:
+            raise MoneyError("has more than 6 decimal places of a cent")
+        if not sign:
+            micros += 1  # up: toward +infinity
+    return -micros if sign else micros
 
 
 def plain(value: Decimal) -> Decimal:

@@ -219,6 +219,9 @@ async def test_nothing_eligible_is_404_even_with_a_min_bid(live: Live) -> None:
         ("2.51", 422),
         ("2.500001", 422),
         ("2.5000001", 422),  # finer than a micro-cent rounds up: the floor is never undercut
+        # Past Decimal's 28 digits: rounded down to 2.5 and undercut before.
+        ("2.5000000000000000000000000001", 422),
+        ("2.500000000000000000000000000000000000001", 422),
         ("1e9", 422),
         ("1e999999999", 422),
     ],
@@ -490,6 +493,10 @@ async def test_bad_offer_response_is_400(core: Core, body: Any, needle: str) -> 
     [
         (b'{"action": "accept", ', "application/json", 400),  # malformed JSON
         (b'{"action": "accept", "accepted_price_cents": NaN}', "application/json", 400),
+        # Positive, but flushed to 0 micro-cents by Decimal's context: a free deal whose records
+        # were then refused by Postgres, after the 200.
+        (b'{"action": "accept", "accepted_price_cents": 1e-9999999}', "application/json", 400),
+        (b'{"action": "accept", "accepted_price_cents": 1e-1000100}', "application/json", 400),
         (b"", "application/json", 400),
         (b"null", "application/json", 400),
         (b"42", "application/json", 400),

@@ -3,13 +3,16 @@ gross always, and the parsing rules of wire amounts."""
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from matching.money import (
+    MICROS_PER_CENT,
     MoneyError,
     cents_to_micros,
     micros_to_cents,
@@ -108,3 +111,43 @@ def test_finer_than_a_micro_cent() -> None:
         cents_to_micros(Decimal("2.5000001"))
     assert cents_to_micros(Decimal("2.5000001"), exact=False) == 2_500_001  # rounds up
     assert cents_to_micros(Decimal("2.50000000")) == 2_500_000
+
+
+# Decimals as a wire can spell them: any coefficient (past the 28 digits of Decimal's default
+# context too); exponents far below a micro-cent (the oracle, Fraction, gets slow past a few
+# thousand; the flush to zero below Decimal's Emin is the parametrized case after).
+wire_decimals = st.builds(
+    lambda sign, coefficient, exponent: Decimal(f"{sign}{coefficient}E{exponent}"),
+    st.sampled_from(["", "-"]),
+    st.integers(min_value=0, max_value=10**60),
+    st.integers(min_value=-3_000, max_value=30),
+)
+
+
+@given(cents=wire_decimals)
+def test_micros_are_the_exact_amount_or_its_ceiling(cents: Decimal) -> None:
+    """Against the rational value (Fraction is exact): the context arithmetic this replaced
+    rounded long coefficients down and flushed tiny amounts to zero."""
+    exact = Fraction(cents) * MICROS_PER_CENT
+    up = math.ceil(exact)
+    assert cents_to_micros(cents, exact=False) == up
+    if exact == up:
+        assert cents_to_micros(cents) == up
+    else:
+        with pytest.raises(MoneyError):
+            cents_to_micros(cents)
+
+
+@pytest.mark.parametrize(
+    ("cents", "up"),
+    [
+        # A positive price that is not a whole micro-cent is never 0 micro-cents.
+        ("1e-9999999", 1),
+        ("3.333633000000000000000000000000000001", 3_333_634),
+        ("-0.0000015", -1),
+    ],
+)
+def test_what_a_decimal_context_got_wrong(cents: str, up: int) -> None:
+    assert cents_to_micros(Decimal(cents), exact=False) == up
+    with pytest.raises(MoneyError):
+        cents_to_micros(Decimal(cents))
