@@ -49,6 +49,8 @@ def cents_to_micros(cents: Decimal, *, exact: bool = True) -> int:
         raise MoneyError("must be a finite number")
     coefficient = int("".join(map(str, digits)))
     shift = exponent + _MICRO_PLACES
+    micros: int
+    rest: int
     if shift >= 0:
         micros, rest = coefficient * 10**shift, 0
     elif -shift > len(digits):  # every digit is below a micro-cent (10**-shift may be huge)
