@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from urllib.parse import unquote
 
 from litestar._asgi.utils import is_valid_host
 from litestar.enums import ScopeType
@@ -112,7 +113,9 @@ class Front:
         for prefix, candidate in self.prefixed:
             if path.startswith(prefix):
                 param = path[len(prefix) :]
-                if candidate.method != method or not param or "/" in param:
+                if "/" in param:
+                    param = _escaped_segment(scope, prefix)
+                if candidate.method != method or not param:
                     return None
                 if param in candidate.static_siblings:  # `.../request/external-id`
                     return None
@@ -163,6 +166,25 @@ class Front:
         except Exception as exc:  # as Litestar's handler of the last resort
             # (a client gone mid-body, ClientGone, included)
             return error_answer(call.path, self.rt.settings, unexpected_error(call.path, exc))
+
+
+def _escaped_segment(scope: Scope, prefix: str) -> str:
+    """The path parameter when the client escaped a `/` in it (`external-id/a%2Fb`): the ASGI
+    `path` is decoded, so the parameter is read from `raw_path`, where it is one segment. ""
+    when it is not one segment there either (the request goes to Litestar, 404)."""
+    raw: bytes | None = scope.get("raw_path")
+    if raw is None:
+        return ""
+    text = raw.decode("latin-1").partition("?")[0]  # some servers leave the query on it
+    if not text.startswith(prefix):
+        return ""
+    segment = text[len(prefix) :]
+    if "/" in segment:
+        return ""
+    try:
+        return unquote(segment, errors="strict")
+    except UnicodeDecodeError:  # not UTF-8: no id is that
+        return ""
 
 
 def _host_ok(scope: Scope) -> bool:

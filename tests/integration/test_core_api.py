@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import asyncpg
 import pytest
@@ -294,6 +294,24 @@ async def test_unknown_external_id_is_404_naming_it(core: Core, external_id: str
     body = response.json()
     assert set(body) == {"error"}
     assert external_id in body["error"]
+
+
+@pytest.mark.parametrize("external_id", ["line/7", "gate 3/é", "a%2Fb"])
+async def test_an_external_id_holding_a_slash_is_reached_escaped(
+    live: Live, external_id: str
+) -> None:
+    """An external id may hold any character (the OpenRTB tagid does); escaped in the path,
+    `/` included, it finds its screen. It was accepted at registration and then unreachable:
+    the decoded path had one segment too many."""
+    doc = basic_document()
+    doc.screens[0].external_id = external_id
+    core = await prepare(live, doc)
+    path = f"{API}/offers/request/external-id/{quote(external_id, safe='')}"
+    found = await core.client.get(path, headers=core.auth)
+    assert found.status_code == 200, found.text
+    unknown = await core.client.get(f"{path}{quote('/x', safe='')}", headers=core.auth)
+    assert unknown.status_code == 404
+    assert f"{external_id}/x" in unknown.json()["error"]
 
 
 async def test_external_id_known_but_nothing_eligible_is_404_with_status(core: Core) -> None:
