@@ -228,7 +228,11 @@ class _Scan:
                 or not covers(campaign, budgets.get(campaign.id), price)
             ):
                 continue
-            if price < self.min_price_micros or price <= 0:
+            if price <= 0:
+                # A play whose price rounds to nothing is never offered (an accept must pay
+                # more than 0): not eligible, whatever the minimum; nothing after pays more.
+                break
+            if price < self.min_price_micros:
                 furthest = max(furthest, "below_minimum", key=_REASON_RANK.__getitem__)
                 break  # sorted by price: every campaign after this one pays even less
             creative = pick_creative(campaign, screen, slot)

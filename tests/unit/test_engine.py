@@ -320,6 +320,14 @@ def test_minimum_bid(min_price: int, outcome: str) -> None:
         assert result == NoMatch("below_minimum")
 
 
+@pytest.mark.parametrize("min_price", [0, 1])
+def test_a_play_priced_at_nothing_is_not_eligible(min_price: int) -> None:
+    """0.000001 cents CPM x 10 / 1000 rounds to 0 micro-cents: never offered (an accept must
+    pay more than 0), and a request with no minimum is not told it missed one (404, not 422)."""
+    snap = _snapshot(campaigns=[campaign(cpm_cents=Decimal("0.000001"))])
+    assert _select(snap, min_price_micros=min_price) == NoMatch("no_eligible")
+
+
 def test_nothing_eligible_is_not_below_minimum() -> None:
     # Nothing can serve at all: "no matches", even when a minimum was given (the 404, not 422).
     snap = _snapshot(campaigns=[campaign(status="paused")])
