@@ -50,7 +50,8 @@ def authenticate(
     if token is not None and token.startswith(prefix):
         info = snapshot.api_keys.get(hash_key(token))
     if info is None or (info.expires_at is not None and info.expires_at <= now):
-        raise Unauthorized(INVALID_KEY_MESSAGE, code=code)
+        # RFC 9110 15.5.2: a 401 names the scheme it wants (the admin API's does too).
+        raise Unauthorized(INVALID_KEY_MESSAGE, code=code, headers={"WWW-Authenticate": "Bearer"})
     return info
 
 

@@ -6,12 +6,17 @@ edges to convert. Postgres keeps NUMERIC(20, 6) cents, which is the same unit.
 
 from __future__ import annotations
 
+import re
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 MICROS_PER_CENT = 1_000_000
 CENT_PLACES = Decimal("0.000001")
 _MICROS = Decimal(MICROS_PER_CENT)
 _MICRO_PLACES = 6
+
+
+#: A decimal number in ASCII: optional sign, digits with an optional point, optional exponent.
+DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 
 
 class MoneyError(ValueError):
@@ -24,10 +29,16 @@ def parse_cents(value: object) -> Decimal:
         raise MoneyError("must be a number")
     if isinstance(value, Decimal):
         amount = value
-    elif isinstance(value, int | str):
+    elif isinstance(value, int):
+        amount = Decimal(value)
+    elif isinstance(value, str):
+        # Only a number as JSON or a URL spells it: Decimal() also reads `3_0`, other scripts'
+        # digits (`३०`) and surrounding blanks, which no client means as a number.
+        if DECIMAL_TEXT.fullmatch(value) is None:
+            raise MoneyError("must be a number")
         try:
-            amount = Decimal(str(value).strip())
-        except InvalidOperation:
+            amount = Decimal(value)
+        except InvalidOperation:  # an exponent beyond Decimal's range
             raise MoneyError("must be a number") from None
     elif isinstance(value, float):
         amount = Decimal(repr(value))

@@ -159,7 +159,9 @@ async def offer_by_screen_id(rt: Runtime, call: HttpCall, screen_id: str) -> Ans
     query = _query(call)
     if query.demo or screen_id == _demo.DEMO_SCREEN_ID:
         return _demo_offer(caller, query)
-    return await _offer_for(caller, caller.snapshot.screens.get(screen_id), query)
+    screens = caller.snapshot.screens
+    # UUIDs are case-insensitive (RFC 4122); the snapshot keys them in lower case.
+    return await _offer_for(caller, screens.get(screen_id) or screens.get(screen_id.lower()), query)
 
 
 async def offer_by_external_id(rt: Runtime, call: HttpCall, external_id: str) -> Answer:

@@ -103,6 +103,7 @@ async def confirm_playout(
     screen_resolution = optional_text(body, "screen_resolution", _MAX_TEXT_CHARS)
     if deal_id == _demo.DEMO_DEAL_ID:
         return json_response(_confirmed(deal_id, _demo.DEMO_PLAYOUT_ID, caller.now, False))
+    deal_id = deal_id.lower()  # UUIDs are case-insensitive; deals are kept under the id we made
     payload = {
         "played_at": iso_utc(played_at),
         "duration_seconds": duration,

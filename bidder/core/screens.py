@@ -23,7 +23,7 @@ from msgspec import UNSET, UnsetType
 from bidder.core._common import CORE_PREFIX, Caller, authorize, json_object, json_response
 from bidder.errors import BadRequest, NotFound, ServiceError
 from bidder.web import postgres
-from matching.inventory import InventoryDocument, Problem, Screen, ScreenType
+from matching.inventory import InventoryDocument, Problem, Screen, ScreenType, validate_document
 from store.inventory_repo import InventoryRejected, fetch_screen, import_document, list_screens
 from store.postgres import Conn
 
@@ -88,18 +88,43 @@ def _field_problems(problems: list[Problem]) -> list[FieldProblem]:
 S = TypeVar("S", bound=msgspec.Struct)
 
 
+def _not_settable(body: dict[str, Any], into: type[msgspec.Struct]) -> list[FieldProblem]:
+    """The fields of `body` the caller may not set, each with a message of its own."""
+    problems = []
+    if "publisher_id" in body:
+        problems.append(
+            FieldProblem(
+                field="publisher_id",
+                message="cannot be given: a screen belongs to the key's publisher",
+            )
+        )
+    if "id" in body and "id" not in into.__struct_fields__:
+        problems.append(FieldProblem(field="id", message="cannot be changed"))
+    return problems
+
+
 def _convert(body: dict[str, Any], into: type[S]) -> S | Response[bytes]:
     """`body` as `into`, or the 400 naming every field of the wrong type, missing or unknown
     (msgspec stops at the first; the README promises every problem). Fields the caller may not
     set get a message of their own."""
-    if "publisher_id" in body:
-        raise BadRequest("publisher_id cannot be given: a screen belongs to the key's publisher")
-    if "id" in body and "id" not in into.__struct_fields__:
-        raise BadRequest("id cannot be changed")
+    refused = _not_settable(body, into)
+    settable = {k: v for k, v in body.items() if k not in {p.field for p in refused}}
     try:
-        return msgspec.convert(body, into)
+        converted = msgspec.convert(settable, into)
     except msgspec.ValidationError as exc:
         whole = str(exc)
+    else:
+        if not refused:
+            return converted
+        whole = ""
+        if isinstance(converted, ScreenRegistration):  # its values can be judged on their own
+            refused += _value_problems(converted, "")
+    problems = refused + _type_problems(settable, into)
+    return _rejected(problems or [FieldProblem(field="", message=whole)])
+
+
+def _type_problems(body: dict[str, Any], into: type[msgspec.Struct]) -> list[FieldProblem]:
+    """Every field of `body` that is unknown, missing or of the wrong type for `into`."""
     fields = msgspec.structs.fields(into)
     known = {field.encode_name for field in fields}
     problems = [
@@ -118,7 +143,19 @@ def _convert(body: dict[str, Any], into: type[S]) -> S | Response[bytes]:
         except msgspec.ValidationError as exc:
             message = str(exc).split(" - at ", 1)[0]
             problems.append(FieldProblem(field=field.encode_name, message=message))
-    return _rejected(problems or [FieldProblem(field="", message=whole)])
+    return problems
+
+
+def _value_problems(registration: ScreenRegistration, publisher_id: str) -> list[FieldProblem]:
+    """What the inventory rules find in a new screen (its id included), before any lookup."""
+    fields = msgspec.structs.asdict(registration)
+    given = fields["id"]
+    screen_id = str(uuid.uuid4()) if given is None else given  # none given: one is made
+    screen = Screen(**{**fields, "id": screen_id}, publisher_id=publisher_id)
+    problems = validate_document(
+        InventoryDocument(screens=[screen]), known_publishers={publisher_id}
+    )
+    return _field_problems([p for p in problems if p.field != "publisher_id"])
 
 
 @lru_cache(maxsize=64)
@@ -139,7 +176,8 @@ def _page_params(request: Request[Any, Any, Any]) -> tuple[int, str | None]:
     raw_limit = request.query_params.get("limit")
     limit = DEFAULT_PAGE
     if raw_limit is not None:
-        if not raw_limit.strip().isdigit() or not 1 <= int(raw_limit) <= MAX_PAGE:
+        # ASCII digits only: str.isdigit() also takes full-width and superscript digits
+        if not (raw_limit.isascii() and raw_limit.isdigit()) or not 1 <= int(raw_limit) <= MAX_PAGE:
             raise BadRequest(f"limit must be a whole number from 1 to {MAX_PAGE}")
         limit = int(raw_limit)
     cursor = request.query_params.get("cursor") or None
@@ -209,8 +247,8 @@ async def register_screen(request: Request[Any, Any, Any]) -> Response[bytes]:
     screen_id = fields.pop("id") or str(uuid.uuid4())
     try:
         screen_id = str(uuid.UUID(screen_id))
-    except ValueError:
-        raise BadRequest("id must be a UUID when given") from None
+    except ValueError:  # every problem of the screen, this one among them
+        return _rejected(_value_problems(body, caller.publisher_id))
     screen = Screen(**fields, id=screen_id, publisher_id=caller.publisher_id)
     async with postgres(request) as conn, conn.transaction():
         await _lock(conn, screen_id)

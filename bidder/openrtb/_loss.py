@@ -25,6 +25,7 @@ from bidder.runtime import utcnow
 from bidder.settings import Settings
 from bidder.signing import SIGNATURE_PARAM, signer, url_value, verify
 from bidder.web import runtime_of
+from matching.money import DECIMAL_TEXT
 from store.hot import epoch_ms
 
 MAX_QUERY_BYTES = 4 * 1024
@@ -137,16 +138,15 @@ def _text(value: str | None) -> str | None:
     return _substituted(value)
 
 
-# Numbers as a URL writes them: ASCII digits only. Python's own parsers also take `1_000` and
-# other scripts' digits (`١٢٣`), which no SSP sends for a number.
-_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+# Numbers as a URL writes them: ASCII digits only (`DECIMAL_TEXT`). Python's own parsers also
+# take `1_000` and other scripts' digits (`١٢٣`), which no SSP sends for a number.
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
 def _decimal(value: str | None) -> str | None:
     """A decimal number kept as its exact text; None when the value is not one."""
     text = _substituted(value)
-    if text is None or not _DECIMAL_TEXT.fullmatch(text):
+    if text is None or not DECIMAL_TEXT.fullmatch(text):
         return None
     try:
         Decimal(text)

@@ -179,6 +179,8 @@ async def test_every_endpoint_answers_401_for_a_missing_or_bad_key(core: Core) -
             response = await core.client.request(method, path, json=body, headers=headers)
             assert response.status_code == 401, (method, path, headers, response.text)
             assert response.json() == INVALID_KEY_BODY
+            # RFC 9110 15.5.2: a 401 carries the challenge of the scheme it wants.
+            assert response.headers["WWW-Authenticate"] == "Bearer"
 
 
 # -- the error table: offer requests --------------------------------------------------------
@@ -236,7 +238,24 @@ async def test_min_bid_cents(core: Core, min_bid: str, status: int) -> None:
         assert "minimum bid" in body["error"]
 
 
-@pytest.mark.parametrize("min_bid", ["abc", "", "-1", "-0.5", "NaN", "nan", "Infinity", "1,5"])
+@pytest.mark.parametrize(
+    "min_bid",
+    # The last four Decimal() reads as numbers; no client means them so (decisions: 400).
+    [
+        "abc",
+        "",
+        "-1",
+        "-0.5",
+        "NaN",
+        "nan",
+        "Infinity",
+        "1,5",
+        "3_0",
+        "\uff13\uff10",
+        "\u0969\u0966",
+        " 1",
+    ],
+)
 async def test_bad_min_bid_cents_is_400(core: Core, min_bid: str) -> None:
     response = await core.offer(SCREEN_MOVING, min_bid_cents=min_bid)
     assert response.status_code == 400, response.text
@@ -312,6 +331,25 @@ async def test_an_external_id_holding_a_slash_is_reached_escaped(
     unknown = await core.client.get(f"{path}{quote('/x', safe='')}", headers=core.auth)
     assert unknown.status_code == 404
     assert f"{external_id}/x" in unknown.json()["error"]
+
+
+async def test_ids_in_upper_case_name_the_same_screen_offer_and_deal(live: Live) -> None:
+    """UUIDs are case-insensitive (RFC 4122): the screen, offer and deal ids the service made
+    or stores in lower case are found in upper case too (each was a 404)."""
+    doc = basic_document()
+    lettered = "abcdef03-0000-4000-8000-0000000000ab"  # the factory ids are digits only
+    doc.screens[0].id = lettered
+    core = await prepare(live, doc)
+    offer = await core.offer(lettered.upper())
+    assert offer.status_code == 200, offer.text
+    offer_id = offer.json()["offer_id"]
+    assert offer_id != offer_id.upper()  # 32 random hex digits: some are letters
+    accepted = await core.respond(offer_id.upper(), {"action": "accept", "accepted_price_cents": 1})
+    assert accepted.status_code == 200, accepted.text
+    deal_id = accepted.json()["deal_id"]
+    played = await core.confirm(deal_id.upper(), {})
+    assert played.status_code == 200, played.text
+    assert played.json()["deal_id"] == deal_id
 
 
 async def test_external_id_known_but_nothing_eligible_is_404_with_status(core: Core) -> None:

@@ -363,6 +363,7 @@ async def test_missing_or_invalid_key_is_401(live: Live, authorization: str | No
     headers = {} if authorization is None else {"Authorization": authorization}
     response = await post_bid(live, headers, bid_request())
     assert_error(response, 401, "INVALID_API_KEY")
+    assert response.headers["WWW-Authenticate"] == "Bearer"
 
 
 async def test_other_environment_key_is_401(live: Live) -> None:

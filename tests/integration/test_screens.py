@@ -132,7 +132,11 @@ async def test_list_shows_only_the_keys_publisher_in_pages(metro: Publisher) -> 
     assert everything["next_cursor"] is None
 
 
-@pytest.mark.parametrize("query", ["?limit=0", "?limit=501", "?limit=ten", "?cursor=abc"])
+@pytest.mark.parametrize(
+    "query",
+    # Full-width and superscript digits: str.isdigit() takes both (a 500 for the second).
+    ["?limit=0", "?limit=501", "?limit=ten", "?cursor=abc", "?limit=%EF%BC%92", "?limit=%C2%B2"],
+)
 async def test_bad_paging_parameters_get_400(metro: Publisher, query: str) -> None:
     response = await metro.call("GET", query)
     assert response.status_code == 400
@@ -260,6 +264,26 @@ async def test_wrong_types_missing_and_unknown_fields_are_all_listed(metro: Publ
     )
     assert updated.status_code == 400
     assert {p["field"] for p in updated.json()["problems"]} == {"width", "audience_per_play"}
+    assert len((await metro.call("GET")).json()["screens"]) == 3  # nothing was registered
+
+
+@pytest.mark.parametrize(
+    ("extra", "fields"),
+    [
+        # Each was answered with only its own message ({error}, no `problems`).
+        ({"id": "not-uuid", "width": 0}, {"id", "width"}),
+        ({"publisher_id": PUB_OTHER, "width": 0}, {"publisher_id", "width"}),
+        ({"publisher_id": PUB_OTHER, "height": "tall"}, {"publisher_id", "height"}),
+    ],
+)
+async def test_an_id_or_publisher_problem_is_listed_with_the_others(
+    metro: Publisher, extra: dict[str, Any], fields: set[str]
+) -> None:
+    response = await metro.call("POST", body={**NEW_SCREEN, **extra})
+    assert response.status_code == 400
+    body = response.json()
+    assert isinstance(body["error"], str)
+    assert {p["field"] for p in body["problems"]} == fields
     assert len((await metro.call("GET")).json()["screens"]) == 3  # nothing was registered
 
 
