@@ -28,7 +28,8 @@ def guide(name: FromPath[str]) -> Response[bytes]:
     file = GUIDES.get(name)
     if file is None or not (DOCS / file).is_file():
         raise NotFound(f"No guide named {name!r}")
-    return Response((DOCS / file).read_bytes(), media_type="text/markdown; charset=utf-8")
+    # Litestar adds `; charset=utf-8` to a text type (given here too, it came out twice).
+    return Response((DOCS / file).read_bytes(), media_type="text/markdown")
 
 
 routes = [guide]

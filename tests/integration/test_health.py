@@ -117,7 +117,7 @@ async def test_the_deprecation_notice_links_to_guides_that_exist(
             assert path.startswith("/docs/"), url
             response = await client.get(path)
             assert response.status_code == 200, url
-            assert response.headers["content-type"].startswith("text/markdown")
+            assert response.headers["content-type"] == "text/markdown; charset=utf-8"
             assert "OpenRTB" in response.text
         migration = await client.get(
             settings.migration_guide_url.removeprefix(settings.public_base_url)
