@@ -195,9 +195,11 @@ class Metrics:
             registry=r,
         )
 
-    def count_offer(self, outcome: str) -> None:
-        """One more Core offer with this outcome (made, no_match, below_min, accepted, ...)."""
-        self._child(self.offers, "offers", outcome).inc()
+    def count_offer(self, outcome: str, count: int = 1) -> None:
+        """`count` more Core offers with this outcome (made, no_match, below_min, accepted,
+        rejected, expired)."""
+        if count:
+            self._child(self.offers, "offers", outcome).inc(count)
 
     def count_no_bid(self, reason: str) -> None:
         """One more OpenRTB no-bid for this reason."""

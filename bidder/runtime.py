@@ -278,7 +278,9 @@ class Runtime:
             try:
                 expired = await self.hot.expire_due(utcnow())
                 if expired:
-                    log.info("offers expired", extra={"count": expired})
+                    log.info("offers expired", extra={"count": sum(expired.values())})
+                    # A Core offer's outcome; an expired OpenRTB bid is counted by no metric.
+                    self.metrics.count_offer("expired", expired.get("core", 0))
             except (RedisError, OSError):
                 continue
             except Exception:

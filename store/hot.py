@@ -422,11 +422,12 @@ class HotState:
         budget = Budget(int(result[3]), int(result[4]), int(result[5]))
         return Answered(_text(result[1]), deal_id, code, budget)
 
-    async def expire_due(self, now: datetime, limit: int = 500) -> int:
-        """Expire the offers past their time (`limit` a shard); return how many this call did."""
+    async def expire_due(self, now: datetime, limit: int = 500) -> dict[str, int]:
+        """Expire the offers past their time (`limit` a shard); how many this call expired, by
+        channel (`core`, `openrtb`)."""
         now_ms = epoch_ms(now)
         today, yesterday = _day_pair(now)
-        expired = 0
+        expired: dict[str, int] = {}
         for shard in range(SHARDS):
             due = await self.redis.zrangebyscore(expiry_key(shard), "-inf", now_ms, 0, limit)
             if not due:
@@ -437,8 +438,10 @@ class HotState:
                 keys = _offer_keys(shard, offer_id, today, yesterday)
                 args: list[Arg] = [offer_id, now_ms, today, yesterday, self.retention_ms]
                 calls.append(self._expire(keys, args))
-            results = await asyncio.gather(*calls)
-            expired += sum(int(r) for r in results)
+            for result in await asyncio.gather(*calls):
+                channel = _text(result)
+                if channel:
+                    expired[channel] = expired.get(channel, 0) + 1
         return expired
 
     async def loss(

@@ -3,20 +3,20 @@
 -- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
 --       5 record queue, 6 expiry zset
 -- ARGV: 1 offer id, 2 now_ms, 3 today, 4 yesterday, 5 offer key ttl ms after resolution
--- Returns 1 when this call expired it, 0 otherwise.
+-- Returns the offer's channel ('core' | 'openrtb') when this call expired it, '' otherwise.
 local offer_flat = redis.call('HGETALL', KEYS[1])
 if #offer_flat == 0 then
   redis.call('ZREM', KEYS[6], ARGV[1])
-  return 0
+  return ''
 end
 local offer = hash_to_table(offer_flat)
 local now = tonumber(ARGV[2])
 if offer['status'] ~= 'open' then
   redis.call('ZREM', KEYS[6], ARGV[1])
-  return 0
+  return ''
 end
-if tonumber(offer['expires_ms']) > now then return 0 end
+if tonumber(offer['expires_ms']) > now then return '' end
 expire_now(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[3], ARGV[4]), KEYS[1], offer,
            KEYS[5], KEYS[6], now)
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))
-return 1
+return offer['channel'] or ''

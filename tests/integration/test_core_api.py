@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from bidder.auth import new_api_key
 from bidder.settings import Settings
+from store.hot import expiry_key, offer_key, shard_of
 from store.inventory_repo import create_api_key, revoke_api_key
 from tests.factories import (
     ADV,
@@ -875,12 +876,24 @@ async def test_offer_outcomes_are_counted(core: Core) -> None:
     await core.respond(made, {"action": "accept", "accepted_price_cents": 2.5})
     await core.respond(other, {"action": "reject"})
     await core.offer("test-display-test")  # demo: not an offer outcome
-    assert {o: count(o) for o in ("made", "no_match", "below_min", "accepted", "rejected")} == {
-        "made": 2,
+    # A third offer runs out: moved into the past in Redis, the runtime's sweeper expires it.
+    late = (await core.offer(SCREEN_MOVING)).json()["offer_id"]
+    shard = shard_of(late)
+    assert shard is not None
+    await core.rt.redis.hset(offer_key(shard, late), "expires_ms", "1")
+    await core.rt.redis.zadd(expiry_key(shard), {late: 1})
+    for _ in range(100):  # the sweeper runs every 0.5 s in tests
+        if count("expired"):
+            break
+        await asyncio.sleep(0.05)
+    outcomes = ("made", "no_match", "below_min", "accepted", "rejected", "expired")
+    assert {o: count(o) for o in outcomes} == {
+        "made": 3,
         "no_match": 1,
         "below_min": 1,
         "accepted": 1,
         "rejected": 1,
+        "expired": 1,
     }
 
 

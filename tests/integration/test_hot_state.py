@@ -109,7 +109,7 @@ async def test_a_reservation_queues_no_record_and_its_expiry_carries_the_offer(
     assert held is not None
     assert held["status"] == "open"
 
-    assert await hot.expire_due(now + timedelta(seconds=2)) == 1
+    assert await hot.expire_due(now + timedelta(seconds=2)) == {"openrtb": 1}
     entries: Any = await redis_client.xrange(queue_key(camp.shard))
     assert [entry[b"t"] for _, entry in entries] == [b"offer_expired"]
     carried = json.loads(entries[0][1][b"o"])
@@ -221,7 +221,8 @@ async def test_a_loss_notice_after_the_bids_expiry_expires_it(redis_client: Redi
     early, late, swept = (m.offer_id for m in made if isinstance(m, Reserved))
     assert await hot.loss(early, now, {"reason": "102"}) == ("first", 1)
     assert await hot.loss(late, now + timedelta(seconds=2), {"reason": "102"}) == ("first", 1)
-    assert await hot.expire_due(now + timedelta(seconds=2)) == 1  # the sweeper: `swept` only
+    # the sweeper: `swept` only
+    assert await hot.expire_due(now + timedelta(seconds=2)) == {"openrtb": 1}
     assert await hot.loss(swept, now + timedelta(seconds=3), {"reason": "102"}) == ("first", 1)
     statuses = [
         (await hot.offer(offer_id) or {}).get("status") for offer_id in (early, late, swept)

@@ -280,7 +280,7 @@ async def test_the_outcome_record_carries_the_bid_request_fields_to_postgres(
         assert notice.status_code == 204, notice.text
     else:
         past_expiry = utcnow() + timedelta(seconds=settings.offer_ttl_seconds + 1)
-        assert await live.rt.hot.expire_due(past_expiry) == 1
+        assert await live.rt.hot.expire_due(past_expiry) == {"openrtb": 1}
 
     records = await queue_records(live.rt.redis)
     assert [r["t"] for r in records] == [outcome]
