@@ -129,8 +129,8 @@ def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) 
     status = exc.status_code
     if request.scope.get("route_handler") is None:
         # Refused by the router (no such path, or not this method): no middleware ran, so the
-        # request is counted here, under the route label "unmatched".
-        _count_unmatched(request, status)
+        # request is counted and logged here, under the route label "unmatched".
+        _observe_unmatched(request, status)
     if status >= 500:
         return unexpected_handler(request, exc)
     message = _HTTP_MESSAGES.get(status, exc.detail or "Request failed")
@@ -150,13 +150,19 @@ def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
-def _count_unmatched(request: Request[Any, Any, Any], status: int) -> None:
+#: The access log's logger (bidder.app gives the request observer the same one).
+_access = logging.getLogger("bidder.access")
+
+
+def _observe_unmatched(request: Request[Any, Any, Any], status: int) -> None:
+    # Any token is a method to the server: made-up ones share one label value, or a client
+    # could create metric series without end.
+    method = request.method if request.method in _METHODS else "OTHER"
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
-        # Any token is a method to the server: made-up ones share one label value, or a client
-        # could create metric series without end.
-        method = request.method if request.method in _METHODS else "OTHER"
         metrics.requests.labels("unmatched", method, str(status)).inc()
+    # The access line every 4xx gets (decisions: 4xx/5xx and slow requests are logged).
+    _access.info("request", extra={"method": method, "route": "unmatched", "status": status})
 
 
 def unexpected_error(path: str, exc: Exception) -> ServiceError:

@@ -4,9 +4,11 @@ and the inventory snapshot loaded; Postgres being down does not make an instance
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import asyncpg
+import pytest
 from litestar.testing import AsyncTestClient
 
 from bidder.app import create_app
@@ -70,8 +72,10 @@ async def test_postgres_down_keeps_a_loaded_instance_ready(
         postgres.stop()
 
 
-async def test_metrics_count_requests_by_route(servers: ServerUrls, clean: None) -> None:
-    app = create_app(make_settings(servers, RECORD_WRITER="0"))
+async def test_metrics_count_requests_by_route(
+    servers: ServerUrls, clean: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = create_app(make_settings(servers, RECORD_WRITER="0", LOG_LEVEL="INFO"))
     async with AsyncTestClient(app) as client:
         for _ in range(3):
             await client.get("/healthz")
@@ -85,6 +89,15 @@ async def test_metrics_count_requests_by_route(servers: ServerUrls, clean: None)
         text = (await client.get("/metrics")).text
         assert 'http_requests_total{method="GET",route="unmatched",status="404"} 1.0' in text
         assert 'http_requests_total{method="DELETE",route="unmatched",status="405"} 1.0' in text
+        # ... and logged as every 4xx is (they had no access line). The app's JSON log
+        # handler writes to stderr.
+        capsys.readouterr()
+        assert (await client.get("/no/such/path/2")).status_code == 404
+        logged = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+        lines = [line for line in logged if line["logger"] == "bidder.access"]
+        assert [(line["route"], line["status"], line["method"]) for line in lines] == [
+            ("unmatched", 404, "GET")
+        ]
         # Made-up methods share one label value: a client cannot mint series without end.
         for made_up in ("FOO1", "FOO2", "FOO3"):
             await client.request(made_up, "/no/such/path")
