@@ -39,6 +39,7 @@ from bidder.admin import (
 from bidder.cli_common import CommandFailed, with_connection
 from bidder.cli_records import port_number
 from bidder.errors import UNREADABLE_JSON, BadRequest
+from bidder.field_problems import decode_document
 from bidder.observability import MULTIPROCESS_DIR_ENV, configure_logging, multiprocess_dir
 from bidder.runtime import utcnow
 from bidder.settings import Settings, SettingsError, load_settings
@@ -164,14 +165,14 @@ def _describe(problem: Problem) -> str:
 
 
 def read_document(path: Path) -> InventoryDocument:
-    """An inventory document from a JSON file ("-" for stdin), or CommandFailed naming the path
-    inside the document that is wrong."""
+    """An inventory document from a JSON file ("-" for stdin); InventoryRejected listing every
+    item of the wrong shape, or CommandFailed when it is no inventory document at all."""
     try:
         raw = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     except OSError as exc:
         raise CommandFailed(f"cannot read {path}: {exc.strerror}") from None
     try:
-        return msgspec.json.decode(raw, type=InventoryDocument)
+        return decode_document(raw)
     except msgspec.ValidationError as exc:
         raise CommandFailed(f"{path}: invalid inventory document: {exc}") from None
     except UNREADABLE_JSON as exc:
@@ -181,18 +182,9 @@ def read_document(path: Path) -> InventoryDocument:
 def _cmd_import(args: argparse.Namespace) -> int:
     settings = _settings()
     started = time.monotonic()
-    doc = read_document(Path(args.file))
-    progress = _ProgressLine(sys.stderr)
-    if progress.live:
-        items = sum(len(getattr(doc, f)) for f in doc.__struct_fields__)
-        sys.stderr.write(f"checking {items:,} items...\n")
-
-    async def work(conn: Conn) -> dict[str, int]:
-        return await import_inventory(conn, doc, progress)
-
     try:
-        counts = asyncio.run(with_connection(settings, work))
-    except InventoryRejected as exc:
+        counts = _import(settings, Path(args.file))
+    except InventoryRejected as exc:  # items of the wrong shape, or the inventory rules
         for problem in exc.problems:
             print(_describe(problem), file=sys.stderr)
         raise CommandFailed(
@@ -201,6 +193,19 @@ def _cmd_import(args: argparse.Namespace) -> int:
     summary = ", ".join(f"{n:,} {kind}" for kind, n in counts.items() if n)
     print(f"imported {summary or 'nothing'} in {time.monotonic() - started:.1f}s")
     return 0
+
+
+def _import(settings: Settings, path: Path) -> dict[str, int]:
+    doc = read_document(path)
+    progress = _ProgressLine(sys.stderr)
+    if progress.live:
+        items = sum(len(getattr(doc, f)) for f in doc.__struct_fields__)
+        sys.stderr.write(f"checking {items:,} items...\n")
+
+    async def work(conn: Conn) -> dict[str, int]:
+        return await import_inventory(conn, doc, progress)
+
+    return asyncio.run(with_connection(settings, work))
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

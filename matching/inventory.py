@@ -143,6 +143,17 @@ class InventoryDocument(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     creatives: list[Creative] = msgspec.field(default_factory=list)
 
 
+#: The inventory document's lists and the type of their items.
+ITEM_TYPES: dict[str, type[msgspec.Struct]] = {
+    "publishers": Publisher,
+    "advertisers": Advertiser,
+    "billing_codes": BillingCode,
+    "screens": Screen,
+    "campaigns": Campaign,
+    "creatives": Creative,
+}
+
+
 class Problem(msgspec.Struct, kw_only=True):
     """One reason an inventory document is refused: where (list, index, id, field) and why."""
 

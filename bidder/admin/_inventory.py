@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import asyncpg
+import msgspec
 from litestar import Request, Response, get, put
 
 from bidder.admin._common import audit, decode, json_response, problems_response
-from bidder.errors import BadRequest
+from bidder.errors import UNREADABLE_JSON, BadRequest
+from bidder.field_problems import decode_document
 from bidder.web import postgres
 from matching.inventory import InventoryDocument
 from store.inventory_repo import InventoryRejected, Progress, export_document, import_document
@@ -29,19 +31,33 @@ async def import_inventory(
     return counts
 
 
+#: What decoding a body that is no inventory document at all raises.
+_NOT_A_DOCUMENT: tuple[type[Exception], ...] = (msgspec.ValidationError, *UNREADABLE_JSON)
+
+
+def _refused(exc: InventoryRejected) -> Response[bytes]:
+    return problems_response(
+        f"The inventory document has {len(exc.problems)} problem(s); nothing was applied",
+        exc.problems,
+    )
+
+
 @put("/inventory", request_max_body_size=MAX_DOCUMENT_BYTES)
 async def put_inventory(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Validate the whole document, then upsert it in one transaction; a refused document
     changes nothing and lists every problem."""
-    doc = decode(await request.body(), InventoryDocument, "inventory document")
+    raw = await request.body()
+    try:
+        doc = decode_document(raw)
+    except InventoryRejected as exc:  # items of the wrong shape, every one listed
+        return _refused(exc)
+    except _NOT_A_DOCUMENT:
+        doc = decode(raw, InventoryDocument, "inventory document")  # raises its 400
     async with postgres(request) as conn:
         try:
             counts = await import_inventory(conn, doc)
         except InventoryRejected as exc:
-            return problems_response(
-                f"The inventory document has {len(exc.problems)} problem(s); nothing was applied",
-                exc.problems,
-            )
+            return _refused(exc)
         except asyncpg.IntegrityConstraintViolationError as exc:
             # Validation catches every rule it knows; this is a concurrent change in between.
             raise BadRequest(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import uuid
 from decimal import Decimal
-from functools import lru_cache
 from typing import Any, TypeVar
 
 import asyncpg
@@ -22,6 +21,7 @@ from msgspec import UNSET, UnsetType
 
 from bidder.core._common import CORE_PREFIX, Caller, authorize, json_object, json_response
 from bidder.errors import BadRequest, NotFound, ServiceError
+from bidder.field_problems import UNKNOWN_FIELD, type_problems
 from bidder.web import postgres
 from matching.inventory import InventoryDocument, Problem, Screen, ScreenType, validate_document
 from store.inventory_repo import InventoryRejected, fetch_screen, import_document, list_screens
@@ -125,25 +125,12 @@ def _convert(body: dict[str, Any], into: type[S]) -> S | Response[bytes]:
 
 def _type_problems(body: dict[str, Any], into: type[msgspec.Struct]) -> list[FieldProblem]:
     """Every field of `body` that is unknown, missing or of the wrong type for `into`."""
-    fields = msgspec.structs.fields(into)
-    known = {field.encode_name for field in fields}
-    problems = [
-        FieldProblem(field=name, message="is not a screen field")
-        for name in body
-        if name not in known
+    return [
+        FieldProblem(
+            field=field, message="is not a screen field" if message == UNKNOWN_FIELD else message
+        )
+        for field, message in type_problems(body, into)
     ]
-    for field in fields:
-        if field.encode_name not in body:
-            if field.required:
-                problems.append(FieldProblem(field=field.encode_name, message="is required"))
-            continue
-        try:
-            one = _one_field(into, field.name, field.type)
-            msgspec.convert({field.name: body[field.encode_name]}, one)
-        except msgspec.ValidationError as exc:
-            message = str(exc).split(" - at ", 1)[0]
-            problems.append(FieldProblem(field=field.encode_name, message=message))
-    return problems
 
 
 def _value_problems(registration: ScreenRegistration, publisher_id: str) -> list[FieldProblem]:
@@ -156,12 +143,6 @@ def _value_problems(registration: ScreenRegistration, publisher_id: str) -> list
         InventoryDocument(screens=[screen]), known_publishers={publisher_id}
     )
     return _field_problems([p for p in problems if p.field != "publisher_id"])
-
-
-@lru_cache(maxsize=64)
-def _one_field(into: type[msgspec.Struct], name: str, annotation: Any) -> type[Any]:
-    """A Struct of `into`'s one field `name`, to check that field's value on its own."""
-    return msgspec.defstruct(f"{into.__name__}_{name}", [(name, annotation)])
 
 
 def _screen_id(value: str) -> str:

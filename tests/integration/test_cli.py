@@ -137,7 +137,9 @@ async def test_a_refused_import_lists_every_problem_and_applies_nothing(
     ("content", "fragment"),
     [
         (b"{not json", "not valid JSON"),
-        (b'{"screens": [{"id": 1}]}', "$.screens[0]"),
+        # Every problem of the item, by list, index and field, as the API lists them.
+        (b'{"screens": [{"id": 1}]}', "screens[0] id: Expected `str`, got `int`"),
+        (b'{"screens": [{"id": 1}]}', "screens[0] publisher_id: is required"),
     ],
 )
 async def test_an_unreadable_file_is_refused_clearly(

@@ -1,0 +1,103 @@
+"""Every field of a JSON object that is unknown, missing or of the wrong type for a Struct.
+
+msgspec stops at the first problem; the README promises every problem of a refused body (the
+screens API's registration and update, the inventory document's items). This checks each field
+on its own against a one-field Struct of the same type, on the error path only.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+
+from bidder.errors import UNREADABLE_JSON
+from matching.inventory import ITEM_TYPES, InventoryDocument, Problem
+from store.inventory_repo import InventoryRejected
+
+UNKNOWN_FIELD = "is not a field of this item"
+
+
+def type_problems(body: dict[str, Any], into: type[msgspec.Struct]) -> list[tuple[str, str]]:
+    """(field, message) for every field of `body` that `into` does not know, that `into`
+    requires and `body` lacks, or whose value is not of the field's type."""
+    fields = msgspec.structs.fields(into)
+    known = {field.encode_name for field in fields}
+    problems = [(name, UNKNOWN_FIELD) for name in body if name not in known]
+    for field in fields:
+        if field.encode_name not in body:
+            if field.required:
+                problems.append((field.encode_name, "is required"))
+            continue
+        try:
+            one = _one_field(into, field.name, field.type)
+            msgspec.convert({field.name: body[field.encode_name]}, one)
+        except msgspec.ValidationError as exc:
+            message, _, where = str(exc).partition(" - at ")
+            # The path says more only inside a nested value (`$.targeting.dayparts[0]`).
+            if where and where.strip("`") != f"$.{field.name}":
+                message = f"{message} - at {where}"
+            problems.append((field.encode_name, message))
+    return problems
+
+
+@lru_cache(maxsize=64)
+def _one_field(into: type[msgspec.Struct], name: str, annotation: Any) -> type[Any]:
+    """A Struct of `into`'s one field `name`, to check that field's value on its own."""
+    return msgspec.defstruct(f"{into.__name__}_{name}", [(name, annotation)])
+
+
+def document_problems(raw: bytes) -> list[Problem]:
+    """Every item of an inventory document msgspec refused that is not an object, has an
+    unknown field, lacks a required one or has one of the wrong type, by list, index, id and
+    field; [] when the body is not a JSON object of lists (the caller then says that)."""
+    try:
+        tree = msgspec.json.decode(raw)
+    except UNREADABLE_JSON:
+        return []
+    if not isinstance(tree, dict):
+        return []
+    problems = [
+        Problem(list=name, index=0, id=None, field="", message="is not an inventory list")
+        for name in tree
+        if name not in ITEM_TYPES
+    ]
+    for kind, item_type in ITEM_TYPES.items():
+        items = tree.get(kind, [])
+        if not isinstance(items, list):
+            problems.append(
+                Problem(list=kind, index=0, id=None, field="", message="must be a list")
+            )
+            continue
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                problems.append(
+                    Problem(list=kind, index=index, id=None, field="", message="must be an object")
+                )
+                continue
+            item_id = item.get("id")
+            problems += [
+                Problem(
+                    list=kind,
+                    index=index,
+                    id=item_id if isinstance(item_id, str) else None,
+                    field=field,
+                    message=message,
+                )
+                for field, message in type_problems(item, item_type)
+            ]
+    return problems
+
+
+def decode_document(raw: bytes) -> InventoryDocument:
+    """An inventory document from JSON. Items of the wrong shape raise InventoryRejected
+    listing every one (as the inventory rules' problems are listed); anything else msgspec
+    refuses raises its own error (malformed JSON, a document that is not an object)."""
+    try:
+        return msgspec.json.decode(raw, type=InventoryDocument)
+    except msgspec.ValidationError:
+        problems = document_problems(raw)
+        if problems:
+            raise InventoryRejected(problems) from None
+        raise
