@@ -7,6 +7,7 @@ on its own against a one-field Struct of the same type, on the error path only.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
@@ -17,6 +18,8 @@ from matching.inventory import ITEM_TYPES, InventoryDocument, Problem
 from store.inventory_repo import InventoryRejected
 
 UNKNOWN_FIELD = "is not a field of this item"
+# Numbers as the typed decode reads them (a plain decode refuses `1e400` as out of range).
+_tree = msgspec.json.Decoder(float_hook=Decimal)
 
 
 def type_problems(body: dict[str, Any], into: type[msgspec.Struct]) -> list[tuple[str, str]]:
@@ -53,7 +56,7 @@ def document_problems(raw: bytes) -> list[Problem]:
     unknown field, lacks a required one or has one of the wrong type, by list, index, id and
     field; [] when the body is not a JSON object of lists (the caller then says that)."""
     try:
-        tree = msgspec.json.decode(raw)
+        tree = _tree.decode(raw)
     except UNREADABLE_JSON:
         return []
     if not isinstance(tree, dict):
@@ -76,6 +79,11 @@ def document_problems(raw: bytes) -> list[Problem]:
                     Problem(list=kind, index=index, id=None, field="", message="must be an object")
                 )
                 continue
+            try:  # whole first: only an item that fails is checked field by field
+                msgspec.convert(item, item_type)
+                continue
+            except msgspec.ValidationError:
+                pass
             item_id = item.get("id")
             problems += [
                 Problem(

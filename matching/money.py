@@ -13,6 +13,8 @@ MICROS_PER_CENT = 1_000_000
 CENT_PLACES = Decimal("0.000001")
 _MICROS = Decimal(MICROS_PER_CENT)
 _MICRO_PLACES = 6
+#: The most digits of micro-cents an amount may have (1e34 micro-cents; money stops at 1e21).
+_MAX_DIGITS = 34
 
 
 #: A decimal number in ASCII: optional sign, digits with an optional point, optional exponent.
@@ -54,20 +56,27 @@ def cents_to_micros(cents: Decimal, *, exact: bool = True) -> int:
 
     Done on the digits in integers, not in a Decimal context, which rounds a coefficient past
     28 digits (a floor of 3.333633000...0001 cents came out as 3.333633, undercut) and flushes
-    a tiny amount to zero (an accepted price of 1e-9999999 cents became a free deal)."""
+    a tiny amount to zero (an accepted price of 1e-9999999 cents became a free deal). Only the
+    digits at or above the micro-cent are turned into an integer, so the work is bounded by the
+    amount's size, not by how it is spelt (`0e999999999`, 5,000 trailing zeros); an amount past
+    `_MAX_DIGITS` digits of micro-cents is refused (callers bound theirs far below)."""
     sign, digits, exponent = cents.as_tuple()
     if not isinstance(exponent, int):
         raise MoneyError("must be a finite number")
-    coefficient = int("".join(map(str, digits)))
-    shift = exponent + _MICRO_PLACES
+    if not any(digits):
+        return 0
+    shift = exponent + _MICRO_PLACES  # where the micro-cent falls among the digits
+    whole = len(digits) + shift  # digits at or above the micro-cent
+    if whole > _MAX_DIGITS:
+        raise MoneyError("is too large")
     micros: int
-    rest: int
     if shift >= 0:
-        micros, rest = coefficient * 10**shift, 0
-    elif -shift > len(digits):  # every digit is below a micro-cent (10**-shift may be huge)
-        micros, rest = 0, coefficient
+        micros, rest = int("".join(map(str, digits))) * 10**shift, False
+    elif whole <= 0:  # every digit is below a micro-cent
+        micros, rest = 0, True
     else:
-        micros, rest = divmod(coefficient, 10**-shift)
+        micros = int("".join(map(str, digits[:whole])))
+        rest = any(digits[whole:])
     if rest:
         if exact:
             raise MoneyError("has more than 6 decimal places of a cent")

@@ -104,6 +104,8 @@ async def apply_top_up(conn: Conn, hot: HotState, campaign_id: str, add: Decimal
     once when Redis answers, else by every worker's next inventory reload (the top-up bumped
     the inventory version)."""
     check_add(add)
+    # Read before the change: once it is committed, nothing may turn the answer into a failure.
+    campaign = await load_campaign(conn, campaign_id)
     try:
         added = await add_budget(conn, campaign_id, add, MAX_AMOUNT_CENTS)
     except TotalTooHigh:
@@ -124,7 +126,7 @@ async def apply_top_up(conn: Conn, hot: HotState, campaign_id: str, add: Decimal
             "top-up committed; its Redis total follows with the next inventory reload",
             extra={"campaign_id": campaign_id, "error": type(exc).__name__},
         )
-    return await load_campaign(conn, campaign_id)
+    return msgspec.structs.replace(campaign, budget_cents=total)
 
 
 @get("/campaigns/{campaign_id:str}")

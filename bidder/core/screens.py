@@ -158,9 +158,12 @@ def _page_params(request: Request[Any, Any, Any]) -> tuple[int, str | None]:
     limit = DEFAULT_PAGE
     if raw_limit is not None:
         # ASCII digits only: str.isdigit() also takes full-width and superscript digits
-        if not (raw_limit.isascii() and raw_limit.isdigit()) or not 1 <= int(raw_limit) <= MAX_PAGE:
+        # and int() refuses more than 4,300 digits: past 3 significant ones no limit fits
+        significant = raw_limit.lstrip("0")
+        digits = raw_limit.isascii() and raw_limit.isdigit() and len(significant) <= 3
+        if not digits or not 1 <= int(significant or "0") <= MAX_PAGE:
             raise BadRequest(f"limit must be a whole number from 1 to {MAX_PAGE}")
-        limit = int(raw_limit)
+        limit = int(significant)
     cursor = request.query_params.get("cursor") or None
     if cursor is not None:
         try:

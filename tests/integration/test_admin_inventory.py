@@ -282,12 +282,22 @@ def _screen(**changes: Any) -> dict[str, Any]:
             },
             {("publishers", 0, "name"), ("screens", 1, "width"), ("screens", 1, "colour")},
         ),
+        # A number the typed decode takes but a plain one refuses (out of range) does not
+        # hide the other problems (a value problem of its own once the shapes are right).
+        (
+            {
+                "publishers": [{"id": PUB, "name": 1}],
+                "screens": [_screen(audience_per_play="@@1e400@@")],
+            },
+            {("publishers", 0, "name")},
+        ),
     ],
 )
 async def test_items_of_the_wrong_shape_are_all_listed(
     app_client: Client, doc: dict[str, Any], where: set[tuple[str, int, str]]
 ) -> None:
-    response = await put_doc(app_client, json.dumps(doc).encode())
+    raw = json.dumps(doc).replace('"@@1e400@@"', "1e400").encode()
+    response = await put_doc(app_client, raw)
     assert response.status_code == 400, response.text
     body = response.json()
     assert isinstance(body["error"], str)

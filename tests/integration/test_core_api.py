@@ -225,6 +225,9 @@ async def test_nothing_eligible_is_404_even_with_a_min_bid(live: Live) -> None:
         # Past Decimal's 28 digits: rounded down to 2.5 and undercut before.
         ("2.5000000000000000000000000001", 422),
         ("2.500000000000000000000000000000000000001", 422),
+        # No floor, however spelt (0 * 10**999999999 took the worker hours).
+        ("0e999999999", 200),
+        ("2.5" + "0" * 5000, 200),  # a 500 (int()'s 4,300-digit limit)
         ("1e9", 422),
         ("1e999999999", 422),
     ],
@@ -554,6 +557,12 @@ async def test_bad_offer_response_is_400(core: Core, body: Any, needle: str) -> 
         # were then refused by Postgres, after the 200.
         (b'{"action": "accept", "accepted_price_cents": 1e-9999999}', "application/json", 400),
         (b'{"action": "accept", "accepted_price_cents": 1e-1000100}', "application/json", 400),
+        # 1 cent, spelt with 5,000 zeros: a 500 (int()'s 4,300-digit limit) before.
+        (
+            b'{"action": "accept", "accepted_price_cents": 1.' + b"0" * 5000 + b"}",
+            "application/json",
+            200,
+        ),
         (b"", "application/json", 400),
         (b"null", "application/json", 400),
         (b"42", "application/json", 400),

@@ -116,7 +116,7 @@ async def test_screens_need_a_publisher_key(
 
 
 async def test_list_shows_only_the_keys_publisher_in_pages(metro: Publisher) -> None:
-    first = await metro.call("GET", "?limit=2")
+    first = await metro.call("GET", "?limit=" + "0" * 5000 + "2")  # zeros in front: still 2
     assert first.status_code == 200
     ids = sorted([SCREEN_MOVING, SCREEN_STATIC, SCREEN_SLOW])
     assert [s["id"] for s in first.json()["screens"]] == ids[:2]
@@ -134,8 +134,18 @@ async def test_list_shows_only_the_keys_publisher_in_pages(metro: Publisher) -> 
 
 @pytest.mark.parametrize(
     "query",
-    # Full-width and superscript digits: str.isdigit() takes both (a 500 for the second).
-    ["?limit=0", "?limit=501", "?limit=ten", "?cursor=abc", "?limit=%EF%BC%92", "?limit=%C2%B2"],
+    # Full-width and superscript digits: str.isdigit() takes both (a 500 for the second);
+    # 5,000 digits: past int()'s 4,300-digit limit (a 500).
+    [
+        "?limit=0",
+        "?limit=501",
+        "?limit=ten",
+        "?cursor=abc",
+        "?limit=%EF%BC%92",
+        "?limit=%C2%B2",
+        "?limit=" + "1" * 5000,
+        "?limit=" + "0" * 5000,
+    ],
 )
 async def test_bad_paging_parameters_get_400(metro: Publisher, query: str) -> None:
     response = await metro.call("GET", query)

@@ -133,6 +133,10 @@ def test_micros_are_the_exact_amount_or_its_ceiling(cents: Decimal) -> None:
     """Against the rational value (Fraction is exact): the context arithmetic this replaced
     rounded long coefficients down and flushed tiny amounts to zero."""
     exact = Fraction(cents) * MICROS_PER_CENT
+    if abs(exact) >= 10**34:  # beyond any money (34 digits of micro-cents): refused
+        with pytest.raises(MoneyError):
+            cents_to_micros(cents, exact=False)
+        return
     up = math.ceil(exact)
     assert cents_to_micros(cents, exact=False) == up
     if exact == up:
@@ -155,3 +159,25 @@ def test_what_a_decimal_context_got_wrong(cents: str, up: int) -> None:
     assert cents_to_micros(Decimal(cents), exact=False) == up
     with pytest.raises(MoneyError):
         cents_to_micros(Decimal(cents))
+
+
+@pytest.mark.parametrize(
+    ("cents", "micros"),
+    [
+        # Cheap however they are spelt: a zero with a huge exponent built a 400 MB integer
+        # (0 * 10**1000000005), a 5,000-digit coefficient hit int()'s 4,300-digit limit (a 500).
+        ("0e999999999", 0),
+        ("-0e999999999", 0),
+        ("0e-999999999", 0),
+        ("1." + "0" * 5000, 1_000_000),
+        ("25" + "0" * 5000 + "e-5001", 2_500_000),
+    ],
+)
+def test_an_amount_costs_its_size_not_its_spelling(cents: str, micros: int) -> None:
+    assert cents_to_micros(Decimal(cents)) == micros
+
+
+@pytest.mark.parametrize("cents", ["1e40", "-1e40", "9" * 40])
+def test_an_amount_beyond_any_money_is_refused(cents: str) -> None:
+    with pytest.raises(MoneyError):
+        cents_to_micros(Decimal(cents), exact=False)
