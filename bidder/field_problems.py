@@ -7,7 +7,6 @@ on its own against a one-field Struct of the same type, on the error path only.
 
 from __future__ import annotations
 
-from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
@@ -15,11 +14,12 @@ import msgspec
 
 from bidder.errors import UNREADABLE_JSON
 from matching.inventory import ITEM_TYPES, InventoryDocument, Problem
+from matching.money import json_decimal
 from store.inventory_repo import InventoryRejected
 
 UNKNOWN_FIELD = "is not a field of this item"
 # Numbers as the typed decode reads them (a plain decode refuses `1e400` as out of range).
-_tree = msgspec.json.Decoder(float_hook=Decimal)
+_tree = msgspec.json.Decoder(float_hook=json_decimal)
 
 
 def type_problems(body: dict[str, Any], into: type[msgspec.Struct]) -> list[tuple[str, str]]:

@@ -6,13 +6,17 @@ edges to convert. Postgres keeps NUMERIC(20, 6) cents, which is the same unit.
 
 from __future__ import annotations
 
+import math
 import re
-from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from fractions import Fraction
 
 MICROS_PER_CENT = 1_000_000
 CENT_PLACES = Decimal("0.000001")
 _MICROS = Decimal(MICROS_PER_CENT)
 _MICRO_PLACES = 6
+#: The largest exponent a Decimal can be built with (18 digits).
+_FURTHEST_EXPONENT = 999_999_999_999_999_999
 #: The most digits of micro-cents an amount may have (1e34 micro-cents; money stops at 1e21).
 _MAX_DIGITS = 34
 
@@ -168,15 +172,36 @@ MAX_MIN_BID_CENTS = 10**12
 
 def openrtb_min_bid_micros(bidfloor_cpm_eur: Decimal, audience: Decimal) -> int:
     """OpenRTB minimum bid: bidfloor (EUR CPM) x audience / 10 cents, rounded UP to a whole cent,
-    at most MAX_MIN_BID_CENTS."""
-    if bidfloor_cpm_eur.is_zero():
+    at most MAX_MIN_BID_CENTS. Exact (in fractions): Decimal's 28-digit context rounded a
+    29-digit floor down and flushed a tiny one to 0, and the floor was undercut."""
+    if bidfloor_cpm_eur.is_zero() or audience.is_zero():
         return 0
     # adjusted(): the exponent of the leading digit. Above 10**15 the product, over 10, is past
-    # the cap whatever its digits; below it the Decimal arithmetic is a few digits long.
-    if bidfloor_cpm_eur.adjusted() + audience.adjusted() > 15:
+    # the cap whatever its digits; below 10**-30 it is a positive amount under a cent: one cent.
+    magnitude = bidfloor_cpm_eur.adjusted() + audience.adjusted()
+    if magnitude > 15:
         return MAX_MIN_BID_CENTS * MICROS_PER_CENT
-    cents = (bidfloor_cpm_eur * audience / Decimal(10)).to_integral_value(rounding=ROUND_CEILING)
-    return min(int(cents), MAX_MIN_BID_CENTS) * MICROS_PER_CENT
+    if magnitude < -30:
+        return MICROS_PER_CENT
+    cents = math.ceil(Fraction(bidfloor_cpm_eur) * Fraction(audience) / 10)
+    return min(cents, MAX_MIN_BID_CENTS) * MICROS_PER_CENT
+
+
+def json_decimal(text: str) -> Decimal:
+    """A JSON number as a Decimal, exactly (the JSON decoders' `float_hook`). One whose
+    exponent Decimal cannot hold (19 digits or more: `1e99999999999999999999`) raised
+    InvalidOperation, a 500 wherever a body was decoded; it is read as the nearest Decimal
+    keeps, with its sign and its side (huge or tiny), so the rules refuse it as too large or too
+    fine. Such a zero is 0."""
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        mantissa, _, exponent = text.lower().partition("e")
+        sign = "-" if mantissa.startswith("-") else ""
+        if not any(c in "123456789" for c in mantissa):
+            return Decimal(f"{sign}0")
+        side = "-" if exponent.startswith("-") else ""
+        return Decimal(f"{sign}1e{side}{_FURTHEST_EXPONENT}")
 
 
 def micros_to_eur(micros: int) -> Decimal:

@@ -128,10 +128,25 @@ async def _known_ids(conn: Conn, table: str) -> set[str]:
     return {str(r["id"]) for r in await conn.fetch(f"SELECT id FROM {table}")}  # noqa: S608
 
 
+def _uuid_or_none(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
 async def _external_id_conflicts(conn: Conn, doc: InventoryDocument) -> list[Problem]:
     """Screens whose (publisher, external_id) is held by a stored screen the document leaves as
     it is (a holder that the document moves to another external id is no conflict)."""
-    wanted = [(i, s) for i, s in enumerate(doc.screens) if s.external_id is not None]
+    wanted = [
+        (i, s)
+        for i, s in enumerate(doc.screens)
+        # Only what can be looked up: other screens' problems are the rules' to report.
+        if s.external_id is not None
+        and "\x00" not in s.external_id
+        and _uuid_or_none(s.id) is not None
+        and _uuid_or_none(s.publisher_id) is not None
+    ]
     if not wanted:
         return []
     rows = await conn.fetch(
@@ -180,8 +195,13 @@ async def import_document(
         known_advertisers=await _known_ids(conn, "advertisers"),
         known_campaigns=await _known_ids(conn, "campaigns"),
     )
-    if not problems:
-        problems = await _external_id_conflicts(conn, doc)
+    # With the rules' problems, not after them: every problem is listed at once.
+    found = {(p.list, p.index, p.field) for p in problems}
+    problems += [
+        p
+        for p in await _external_id_conflicts(conn, doc)
+        if (p.list, p.index, p.field) not in found
+    ]
     if problems:
         raise InventoryRejected(problems)
 

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -23,6 +22,7 @@ from bidder.auth import authenticate
 from bidder.errors import UNREADABLE_JSON, BadRequest, Unavailable
 from bidder.runtime import Runtime, utcnow
 from bidder.web import call_of, runtime_of
+from matching.money import json_decimal
 from matching.snapshot import ApiKeyInfo, Snapshot
 
 #: Core API paths.
@@ -31,7 +31,7 @@ CORE_PREFIX = "/functions/v1/api"
 MAX_BODY_BYTES = 16 * 1024
 
 # Numbers decode as Decimal (never a binary float), and Decimals encode as plain JSON numbers.
-_decoder = msgspec.json.Decoder(float_hook=Decimal)
+_decoder = msgspec.json.Decoder(float_hook=json_decimal)
 _encoder = msgspec.json.Encoder(decimal_format="number")
 
 _TOO_LARGE = f"Request body too large: at most {MAX_BODY_BYTES // 1024} KB"

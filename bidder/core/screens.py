@@ -241,7 +241,11 @@ async def register_screen(request: Request[Any, Any, Any]) -> Response[bytes]:
                 f"A screen with id {screen_id} already exists", status=409, code="CONFLICT"
             )
         rejected = await _save(conn, screen)
-    return rejected or json_response(screen, status=201)
+        if rejected:
+            return rejected
+        # As stored (and as GET shows it): numbers without the sender's spelling (2.50, 1E+1).
+        stored = await fetch_screen(conn, screen_id)
+    return json_response(stored or screen, status=201)
 
 
 @get(f"{SCREENS_PATH}/{{screen_id:str}}")
@@ -266,7 +270,10 @@ async def update_screen(
         await _lock(conn, screen_id)
         screen = msgspec.structs.replace(await _owned(conn, caller, screen_id), **changes)
         rejected = await _save(conn, screen)
-    return rejected or json_response(screen)
+        if rejected:
+            return rejected
+        stored = await fetch_screen(conn, screen_id)  # as stored, as GET shows it
+    return json_response(stored or screen)
 
 
 @delete(f"{SCREENS_PATH}/{{screen_id:str}}", status_code=200)

@@ -196,8 +196,8 @@ def _schemas() -> dict[str, Any]:
                             "description": "Audience reached by one play (preferred); below "
                             "10 billion.",
                         },
-                        "sourcetype": {"type": "integer"},
-                        "vendor": {"type": "string"},
+                        "sourcetype": {"description": "Not read."},
+                        "vendor": {"description": "Not read."},
                     },
                 },
                 "ext": {

@@ -20,7 +20,7 @@ from typing import Any, TypeGuard
 import msgspec
 
 from bidder.errors import UNREADABLE_JSON, BadRequest
-from matching.money import decimal_places
+from matching.money import decimal_places, json_decimal
 
 FIXED_PRICE = 3
 #: Audiences at or above this are refused (NO_TOTAL_AUDIENCE), the bound of a screen's own
@@ -74,7 +74,7 @@ class IdView(msgspec.Struct):
     id: Any = None
 
 
-_decoder = msgspec.json.Decoder(BidRequestView, float_hook=Decimal)
+_decoder = msgspec.json.Decoder(BidRequestView, float_hook=json_decimal)
 _id_decoder = msgspec.json.Decoder(IdView)
 
 

@@ -244,6 +244,21 @@ async def test_an_invalid_document_lists_every_problem_and_applies_nothing(
     assert parsed(after) == parsed(before)
 
 
+async def test_a_stored_screens_external_id_is_listed_with_the_other_problems(
+    app_client: Client,
+) -> None:
+    """A new screen taking the external id of a stored screen the document does not name was
+    reported only once the document's other problems were fixed."""
+    assert (await put_doc(app_client, full_document())).status_code == 200
+    stored = full_document()["screens"][0]
+    twin = {**stored, "id": uid(77, 3), "name": "Twin"}  # the stored screen's external id
+    wide = {**stored, "id": uid(78, 3), "external_id": "ext-78", "width": -10}
+    response = await put_doc(app_client, {"screens": [twin, wide]})
+    assert response.status_code == 400
+    found = {(p["list"], p["index"], p["field"]) for p in response.json()["problems"]}
+    assert found == {("screens", 0, "external_id"), ("screens", 1, "width")}
+
+
 @pytest.mark.parametrize(
     ("body", "fragment"),
     [(b"{not json", "not valid JSON"), (b"[]", "Expected `object`"), (b"", "not valid JSON")],

@@ -557,6 +557,13 @@ async def test_bad_offer_response_is_400(core: Core, body: Any, needle: str) -> 
         # were then refused by Postgres, after the 200.
         (b'{"action": "accept", "accepted_price_cents": 1e-9999999}', "application/json", 400),
         (b'{"action": "accept", "accepted_price_cents": 1e-1000100}', "application/json", 400),
+        # An exponent Decimal cannot hold (19 digits): InvalidOperation in the decoder, a 500.
+        (
+            b'{"action": "accept", "accepted_price_cents": 1e99999999999999999999}',
+            "application/json",
+            400,
+        ),
+        (b'{"action": "reject", "x": -1e-99999999999999999999}', "application/json", 200),
         # 1 cent, spelt with 5,000 zeros: a 500 (int()'s 4,300-digit limit) before.
         (
             b'{"action": "accept", "accepted_price_cents": 1.' + b"0" * 5000 + b"}",

@@ -607,8 +607,9 @@ def _legacy(qty: Any) -> dict[str, Any]:
         (bid_request(ext=None), 200),
         (bid_request(banner=None), 200),
         (bid_request(video={"w": 1920, "h": 1080, "mimes": None}), 200),
-        # beside a qty, ext.totalaud is not read, whatever it holds
+        # beside a qty, ext.totalaud is not read, whatever it holds; nor are these
         (bid_request(ext={"totalaud": "x"}), 200),
+        (bid_request(qty={"multiplier": 119.47, "sourcetype": "x", "vendor": None}), 200),
         # the contract's table requires the deal's `at` (an absent one used to inherit)
         (_deal_without_at(), 400),
         (bid_request(banner={"w": 1, "h": 1}), 400),
@@ -631,3 +632,30 @@ async def test_the_served_schema_takes_exactly_the_requests_the_endpoint_takes(
     response = await post_bid(live, headers, body)
     assert response.status_code == status, response.text
     assert valid == (status == 200)
+
+
+@pytest.mark.parametrize(
+    ("bidfloor", "status"),
+    [
+        ("2.5", 200),  # 2.5 x 100 / 10 = 25 cents, the play's price: met exactly
+        # A 29-digit floor was rounded down to 25 cents by Decimal's context: undercut.
+        ("2.5000000000000000000000000001", 204),
+        ("2.5" + "0" * 40 + "1", 204),
+        # 19-digit exponents: a 500 (InvalidOperation in the decoder); now the rules judge them.
+        ("1e99999999999999999999", 204),
+        ("1e-99999999999999999999", 200),  # a positive floor under a cent: 1 cent, met
+    ],
+)
+async def test_a_floor_is_never_undercut_however_it_is_spelt(
+    live: Live, bidfloor: str, status: int
+) -> None:
+    """Decisions 1: the minimum bid rounds UP to a whole cent, a floor is never undercut. The
+    seeded campaign pays 2.5 cents per audience unit (25 cents for 100)."""
+    headers = await seeded(live)
+    body = bid_request(
+        qty={"multiplier": 100},
+        pmp={"deals": [{"id": "deal-7", "bidfloor": "@@floor@@", "at": 3}]},
+    )
+    raw = json.dumps(body).replace('"@@floor@@"', bidfloor).encode()
+    response = await post_bid(live, headers, raw)
+    assert response.status_code == status, response.text

@@ -4,6 +4,7 @@ own screens with its API key, never sees another's, and every change reaches mat
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -295,6 +296,24 @@ async def test_an_id_or_publisher_problem_is_listed_with_the_others(
     assert isinstance(body["error"], str)
     assert {p["field"] for p in body["problems"]} == fields
     assert len((await metro.call("GET")).json()["screens"]) == 3  # nothing was registered
+
+
+async def test_answers_show_the_screen_as_stored(metro: Publisher) -> None:
+    """POST and PATCH answer what GET shows: numbers as stored, not as the client spelt them
+    (an answer echoed 2.50 and 1E+1 where GET said 2.5 and 10)."""
+    headers = {**metro.headers, "Content-Type": "application/json"}
+    body = json.dumps({**NEW_SCREEN, "audience_per_play": "@@"}).replace('"@@"', "2.50")
+    created = await metro.client.post(SCREENS, content=body.encode(), headers=headers)
+    assert created.status_code == 201, created.text
+    screen_id = created.json()["id"]
+    assert created.content == (await metro.call("GET", f"/{screen_id}")).content
+    assert b'"audience_per_play":2.5,' in created.content
+    updated = await metro.client.patch(
+        f"{SCREENS}/{screen_id}", content=b'{"audience_per_play": 1E+1}', headers=headers
+    )
+    assert updated.status_code == 200, updated.text
+    assert updated.content == (await metro.call("GET", f"/{screen_id}")).content
+    assert b'"audience_per_play":10,' in updated.content
 
 
 async def test_malformed_json_gets_400(metro: Publisher) -> None:

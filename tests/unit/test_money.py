@@ -15,7 +15,9 @@ from matching.money import (
     MICROS_PER_CENT,
     MoneyError,
     cents_to_micros,
+    json_decimal,
     micros_to_cents,
+    openrtb_min_bid_micros,
     parse_cents,
     play_price_micros,
     split_gross,
@@ -181,3 +183,54 @@ def test_an_amount_costs_its_size_not_its_spelling(cents: str, micros: int) -> N
 def test_an_amount_beyond_any_money_is_refused(cents: str) -> None:
     with pytest.raises(MoneyError):
         cents_to_micros(Decimal(cents), exact=False)
+
+
+@pytest.mark.parametrize(
+    ("bidfloor", "audience", "cents"),
+    [
+        ("2.50", "119.47", 30),  # decisions 1: 29.8675 rounds up to 30
+        ("2.5", "100", 25),
+        # Past Decimal's 28 digits the product was rounded down to 25: the floor undercut.
+        ("2.5000000000000000000000000001", "100", 26),
+        ("2.5" + "0" * 40 + "1", "100", 26),
+        # Flushed to 0 by Decimal's context: any positive floor is at least a cent.
+        ("1e-1000030", "1", 1),
+        ("1e-30", "1", 1),
+        ("0", "119.47", 0),
+        ("-0", "5", 0),
+    ],
+)
+def test_the_openrtb_minimum_bid_is_never_below_the_floor(
+    bidfloor: str, audience: str, cents: int
+) -> None:
+    assert openrtb_min_bid_micros(Decimal(bidfloor), Decimal(audience)) == cents * MICROS_PER_CENT
+
+
+@given(
+    floor=st.decimals(min_value=0, max_value=10**6, places=30, allow_nan=False),
+    audience=st.decimals(min_value="0.0001", max_value=10**9, places=18, allow_nan=False),
+)
+def test_the_openrtb_minimum_bid_is_the_ceiling_of_the_exact_product(
+    floor: Decimal, audience: Decimal
+) -> None:
+    exact = Fraction(floor) * Fraction(audience) / 10
+    assert openrtb_min_bid_micros(floor, audience) == math.ceil(exact) * MICROS_PER_CENT
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("2.5", Decimal("2.5")),
+        ("1e400", Decimal("1e400")),
+        # Decimal cannot hold a 19-digit exponent (InvalidOperation: a 500 wherever decoded):
+        # the furthest it can, same sign and side.
+        ("1e99999999999999999999", Decimal("1e999999999999999999")),
+        ("-2.5e99999999999999999999", Decimal("-1e999999999999999999")),
+        ("3e-99999999999999999999", Decimal("1e-999999999999999999")),
+        ("0.0e99999999999999999999", Decimal(0)),
+    ],
+)
+def test_json_numbers_decode_to_a_decimal_whatever_their_exponent(
+    text: str, value: Decimal
+) -> None:
+    assert json_decimal(text) == value
