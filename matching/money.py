@@ -8,13 +8,24 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import (
+    MAX_EMAX,
+    MIN_EMIN,
+    ROUND_CEILING,
+    ROUND_HALF_EVEN,
+    Context,
+    Decimal,
+    Inexact,
+    InvalidOperation,
+)
 from fractions import Fraction
 
 MICROS_PER_CENT = 1_000_000
 CENT_PLACES = Decimal("0.000001")
 _MICROS = Decimal(MICROS_PER_CENT)
 _MICRO_PLACES = 6
+#: A context in which a product of two short decimals is exact, or raises Inexact.
+_EXACT = Context(prec=60, Emin=MIN_EMIN, Emax=MAX_EMAX, traps=[Inexact, InvalidOperation])
 #: The largest exponent a Decimal can be built with (18 digits).
 _FURTHEST_EXPONENT = 999_999_999_999_999_999
 #: The most digits of micro-cents an amount may have (1e34 micro-cents; money stops at 1e21).
@@ -183,7 +194,11 @@ def openrtb_min_bid_micros(bidfloor_cpm_eur: Decimal, audience: Decimal) -> int:
         return MAX_MIN_BID_CENTS * MICROS_PER_CENT
     if magnitude < -30:
         return MICROS_PER_CENT
-    cents = math.ceil(Fraction(bidfloor_cpm_eur) * Fraction(audience) / 10)
+    try:  # exact in a wide context (the bid path's way, 1 us); it traps any rounding
+        product = _EXACT.multiply(bidfloor_cpm_eur, audience).scaleb(-1, _EXACT)
+        cents = int(product.to_integral_value(rounding=ROUND_CEILING, context=_EXACT))
+    except Inexact:  # more than 60 digits: in fractions (5 us)
+        cents = math.ceil(Fraction(bidfloor_cpm_eur) * Fraction(audience) / 10)
     return min(cents, MAX_MIN_BID_CENTS) * MICROS_PER_CENT
 
 
