@@ -157,6 +157,18 @@ def new_id(shard: int) -> str:
     return _uuid4_text(f"{shard:x}")
 
 
+def canonical_id(value: str) -> str:
+    """`value` in the one form ids are kept under (lower case, hyphens) when it is a UUID in
+    any form RFC 4122 readers take (upper case, `{...}`, no hyphens, `urn:uuid:`); anything
+    else as it is, to be found by nothing."""
+    if _CANONICAL_UUID.fullmatch(value) is not None:
+        return value.lower()
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return value
+
+
 def shard_of(an_id: str) -> int | None:
     """The shard an offer or deal id was made in; None for anything that is not such an id
     (only the canonical 8-4-4-4-12 form, in either case, counts as an id)."""

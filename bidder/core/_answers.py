@@ -36,7 +36,7 @@ from matching.money import (
     parse_cents,
     split_gross,
 )
-from store.hot import NotAnswered, random_uuid
+from store.hot import NotAnswered, canonical_id, random_uuid
 
 log = logging.getLogger("bidder.core")
 
@@ -184,8 +184,8 @@ async def answer_offer(rt: Runtime, call: HttpCall, offer_id: str) -> Answer:
         reason = optional_text(body, "rejection_reason", MAX_REASON_CHARS)
     if offer_id == _demo.DEMO_OFFER_ID:
         return _demo_answer(action, accepted, reason)
-    # UUIDs are case-insensitive (RFC 4122); offers are kept under the lower-case id we made.
-    return await _answer(caller, offer_id.lower(), action, accepted, reason)
+    # A UUID in another form (upper case, braces, no hyphens) names the same offer.
+    return await _answer(caller, canonical_id(offer_id), action, accepted, reason)
 
 
 # Serves only what bidder.front passes on to Litestar; the same function either way.

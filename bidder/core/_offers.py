@@ -32,6 +32,7 @@ from bidder.runtime import Runtime
 from bidder.web import call_of, iso_utc, runtime_of
 from matching.money import MoneyError, cents_to_micros, micros_to_cents, parse_cents
 from matching.snapshot import ScreenInfo
+from store.hot import canonical_id
 
 NO_MATCHES = "No matches available"
 BELOW_MINIMUM = "No matches meet the minimum bid requirement"
@@ -160,8 +161,9 @@ async def offer_by_screen_id(rt: Runtime, call: HttpCall, screen_id: str) -> Ans
     if query.demo or screen_id == _demo.DEMO_SCREEN_ID:
         return _demo_offer(caller, query)
     screens = caller.snapshot.screens
-    # UUIDs are case-insensitive (RFC 4122); the snapshot keys them in lower case.
-    return await _offer_for(caller, screens.get(screen_id) or screens.get(screen_id.lower()), query)
+    # A UUID in another form (upper case, braces, no hyphens) names the same screen.
+    screen = screens.get(screen_id) or screens.get(canonical_id(screen_id))
+    return await _offer_for(caller, screen, query)
 
 
 async def offer_by_external_id(rt: Runtime, call: HttpCall, external_id: str) -> Answer:

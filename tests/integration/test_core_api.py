@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -337,21 +337,35 @@ async def test_an_external_id_holding_a_slash_is_reached_escaped(
     assert f"{external_id}/x" in unknown.json()["error"]
 
 
-async def test_ids_in_upper_case_name_the_same_screen_offer_and_deal(live: Live) -> None:
-    """UUIDs are case-insensitive (RFC 4122): the screen, offer and deal ids the service made
-    or stores in lower case are found in upper case too (each was a 404)."""
+@pytest.mark.parametrize(
+    "spell",
+    [
+        str.upper,
+        lambda u: "{" + u + "}",
+        lambda u: u.replace("-", ""),
+        lambda u: "urn:uuid:" + u.upper(),
+    ],
+    ids=["upper", "braces", "no-hyphens", "urn"],
+)
+async def test_a_uuid_in_any_form_names_the_same_screen_offer_and_deal(
+    live: Live, spell: Callable[[str], str]
+) -> None:
+    """UUIDs are one value in any RFC 4122 form: the screen, offer and deal ids the service
+    keeps in lower case are found written otherwise (each was a 404 on the Core API, while the
+    admin and screens APIs found them)."""
     doc = basic_document()
     lettered = "abcdef03-0000-4000-8000-0000000000ab"  # the factory ids are digits only
     doc.screens[0].id = lettered
     core = await prepare(live, doc)
-    offer = await core.offer(lettered.upper())
+    offer = await core.offer(quote(spell(lettered), safe=""))
     assert offer.status_code == 200, offer.text
     offer_id = offer.json()["offer_id"]
-    assert offer_id != offer_id.upper()  # 32 random hex digits: some are letters
-    accepted = await core.respond(offer_id.upper(), {"action": "accept", "accepted_price_cents": 1})
+    accepted = await core.respond(
+        quote(spell(offer_id), safe=""), {"action": "accept", "accepted_price_cents": 1}
+    )
     assert accepted.status_code == 200, accepted.text
     deal_id = accepted.json()["deal_id"]
-    played = await core.confirm(deal_id.upper(), {})
+    played = await core.confirm(quote(spell(deal_id), safe=""), {})
     assert played.status_code == 200, played.text
     assert played.json()["deal_id"] == deal_id
 
