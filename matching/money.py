@@ -6,26 +6,24 @@ edges to convert. Postgres keeps NUMERIC(20, 6) cents, which is the same unit.
 
 from __future__ import annotations
 
-import math
 import re
 from decimal import (
     MAX_EMAX,
+    MAX_PREC,
     MIN_EMIN,
     ROUND_CEILING,
     ROUND_HALF_EVEN,
     Context,
     Decimal,
-    Inexact,
     InvalidOperation,
 )
-from fractions import Fraction
 
 MICROS_PER_CENT = 1_000_000
 CENT_PLACES = Decimal("0.000001")
 _MICROS = Decimal(MICROS_PER_CENT)
 _MICRO_PLACES = 6
-#: A context in which a product of two short decimals is exact, or raises Inexact.
-_EXACT = Context(prec=60, Emin=MIN_EMIN, Emax=MAX_EMAX, traps=[Inexact, InvalidOperation])
+#: A context in which every product is exact (its precision is Decimal's largest).
+_EXACT = Context(prec=MAX_PREC, Emin=MIN_EMIN, Emax=MAX_EMAX, traps=[InvalidOperation])
 #: The largest exponent a Decimal can be built with (18 digits).
 _FURTHEST_EXPONENT = 999_999_999_999_999_999
 #: The most digits of micro-cents an amount may have (1e34 micro-cents; money stops at 1e21).
@@ -183,8 +181,10 @@ MAX_MIN_BID_CENTS = 10**12
 
 def openrtb_min_bid_micros(bidfloor_cpm_eur: Decimal, audience: Decimal) -> int:
     """OpenRTB minimum bid: bidfloor (EUR CPM) x audience / 10 cents, rounded UP to a whole cent,
-    at most MAX_MIN_BID_CENTS. Exact (in fractions): Decimal's 28-digit context rounded a
-    29-digit floor down and flushed a tiny one to 0, and the floor was undercut."""
+    at most MAX_MIN_BID_CENTS. Exact: a product in a context as wide as Decimal allows is
+    never rounded (Decimal's default 28 digits rounded a 29-digit floor down and flushed a tiny
+    one to 0, and the floor was undercut); about 1.5 us, 0.4 ms for a floor of a million
+    digits."""
     if bidfloor_cpm_eur.is_zero() or audience.is_zero():
         return 0
     # adjusted(): the exponent of the leading digit. Above 10**15 the product, over 10, is past
@@ -194,20 +194,17 @@ def openrtb_min_bid_micros(bidfloor_cpm_eur: Decimal, audience: Decimal) -> int:
         return MAX_MIN_BID_CENTS * MICROS_PER_CENT
     if magnitude < -30:
         return MICROS_PER_CENT
-    try:  # exact in a wide context (the bid path's way, 1 us); it traps any rounding
-        product = _EXACT.multiply(bidfloor_cpm_eur, audience).scaleb(-1, _EXACT)
-        cents = int(product.to_integral_value(rounding=ROUND_CEILING, context=_EXACT))
-    except Inexact:  # more than 60 digits: in fractions (5 us)
-        cents = math.ceil(Fraction(bidfloor_cpm_eur) * Fraction(audience) / 10)
+    product = _EXACT.multiply(bidfloor_cpm_eur, audience).scaleb(-1, _EXACT)
+    cents = int(product.to_integral_value(rounding=ROUND_CEILING, context=_EXACT))
     return min(cents, MAX_MIN_BID_CENTS) * MICROS_PER_CENT
 
 
 def json_decimal(text: str) -> Decimal:
     """A JSON number as a Decimal, exactly (the JSON decoders' `float_hook`). One whose
     exponent Decimal cannot hold (19 digits or more: `1e99999999999999999999`) raised
-    InvalidOperation, a 500 wherever a body was decoded; it is read as the nearest Decimal
-    keeps, with its sign and its side (huge or tiny), so the rules refuse it as too large or too
-    fine. Such a zero is 0."""
+    InvalidOperation, a 500 wherever a body was decoded; it is read as 1 with the furthest
+    exponent Decimal holds (18 digits), its sign and its side (huge or tiny) kept, so the rules
+    treat it as too large or too fine. Such a zero is 0."""
     try:
         return Decimal(text)
     except InvalidOperation:

@@ -89,7 +89,7 @@ async def _make_bid(
         channel="openrtb",
         ttl_seconds=rt.settings.offer_ttl_seconds,
         audience=ask.audience,
-        min_price_micros=openrtb_min_bid_micros(ask.bidfloor, ask.audience),
+        min_price_micros=openrtb_min_bid_micros(ask.bidfloor, ask.floor_audience),
         slot=VideoSlot(ask.width, ask.height, ask.mimes),
         extra_fields=fields,
     )

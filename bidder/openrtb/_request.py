@@ -90,6 +90,9 @@ class BidAsk(msgspec.Struct, frozen=True):
     deal_id: str
     bidfloor: Decimal
     audience: Decimal
+    #: The audience as sent, for the minimum bid: `audience` is rounded to 18 decimals for the
+    #: price, and a floor computed from the rounded one could be undercut by a cent.
+    floor_audience: Decimal
 
 
 def _invalid(code: str, message: str, **details: Any) -> BadRequest:
@@ -144,7 +147,7 @@ def _decode_with_big_integers(body: bytes) -> BidRequestView:
     width), then given the view's container types. Only this rare path pays for it."""
     try:
         tree = json.loads(
-            body, parse_float=Decimal, parse_int=_big_int, parse_constant=_no_constant
+            body, parse_float=json_decimal, parse_int=_big_int, parse_constant=_no_constant
         )
     except (ValueError, RecursionError):
         raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
@@ -207,7 +210,7 @@ def _judge(request: BidRequestView) -> BidAsk:
     mimes = _mimes(video.mimes)
 
     deal = _first_deal(imp)
-    audience = _audience(imp)
+    audience, floor_audience = _audience(imp)
     return BidAsk(
         request_id=request.id,
         imp_id=imp.id,
@@ -218,6 +221,7 @@ def _judge(request: BidRequestView) -> BidAsk:
         deal_id=deal[0],
         bidfloor=deal[1],
         audience=audience,
+        floor_audience=floor_audience,
     )
 
 
@@ -273,8 +277,9 @@ def _first_deal(imp: Imp) -> tuple[str, Decimal]:
     return deal_id, floor
 
 
-def _audience(imp: Imp) -> Decimal:
-    """qty.multiplier when qty is sent (no fallback), else the legacy ext.totalaud."""
+def _audience(imp: Imp) -> tuple[Decimal, Decimal]:
+    """qty.multiplier when qty is sent (no fallback), else the legacy ext.totalaud: (the
+    audience that prices a play, to 18 decimals; the audience as sent)."""
     if imp.qty is not None:
         audience = _number(imp.qty.multiplier)
         source = "imp[0].qty.multiplier"
@@ -295,5 +300,5 @@ def _audience(imp: Imp) -> Decimal:
         # A positive audience stays positive (5e-324 is the smallest kept, 1e-18): it then
         # prices a play at nothing, which is no bid (204), like any audience that small.
         rounded = audience.quantize(AUDIENCE_QUANTUM, rounding=ROUND_HALF_EVEN)
-        audience = rounded if rounded > 0 else AUDIENCE_QUANTUM
-    return audience
+        return (rounded if rounded > 0 else AUDIENCE_QUANTUM), audience
+    return audience, audience

@@ -650,7 +650,7 @@ async def test_a_floor_is_never_undercut_however_it_is_spelt(
     live: Live, bidfloor: str, status: int
 ) -> None:
     """Decisions 1: the minimum bid rounds UP to a whole cent, a floor is never undercut. The
-    seeded campaign pays 2.5 cents per audience unit (25 cents for 100)."""
+    seeded campaign's CPM is 250 cents: 0.25 cents per audience unit, 25 cents for 100."""
     headers = await seeded(live)
     body = bid_request(
         qty={"multiplier": 100},

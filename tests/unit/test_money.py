@@ -196,6 +196,9 @@ def test_an_amount_beyond_any_money_is_refused(cents: str) -> None:
         # Flushed to 0 by Decimal's context: any positive floor is at least a cent.
         ("1e-1000030", "1", 1),
         ("1e-30", "1", 1),
+        # A floor of 100,000 digits: exact, and in microseconds-to-milliseconds (the fraction
+        # arithmetic tried first took 0.3 s here, 30 s for the million digits a bid may carry).
+        ("2.5" + "0" * 100_000 + "1", "100", 26),
         ("0", "119.47", 0),
         ("-0", "5", 0),
     ],

@@ -11,6 +11,7 @@ import pytest
 
 from bidder.errors import BadRequest
 from bidder.openrtb._request import parse_bid_request, request_id_of
+from matching.money import MICROS_PER_CENT, openrtb_min_bid_micros
 
 
 def body(**changes: Any) -> dict[str, Any]:
@@ -126,3 +127,20 @@ def test_the_slow_path_still_refuses_what_json_does_not_allow(constant: bytes) -
     """Python's json reads NaN and Infinity; JSON has neither (else: MULTI_IMP_NOT_SUPPORTED)."""
     raw = b'{"id": "a", "at": ' + _HUGE.encode() + b', "imp": [], "x": ' + constant + b"}"
     assert code_of(raw) == "INVALID_REQUEST"
+
+
+def test_a_huge_integer_beside_a_huge_exponent_is_judged_too() -> None:
+    """The big-integer path decoded floats with Decimal itself, which raises InvalidOperation
+    on a 19-digit exponent: a 500."""
+    raw = json.dumps(body(at="@@huge@@", imp__0__pmp__deals__0__x="@@exp@@"))
+    raw = raw.replace('"@@huge@@"', _HUGE).replace('"@@exp@@"', "1e99999999999999999999")
+    assert code_of(raw.encode()) == "NOT_FIXED_PRICE"
+
+
+def test_the_minimum_bid_uses_the_audience_as_sent() -> None:
+    """The price uses the audience to 18 decimals; the floor must not: 10 EUR CPM x
+    1.0000000000000000004 / 10 is just over 1 cent, so 2 cents (1 from the rounded one)."""
+    raw = json.dumps(body(imp__0__pmp__deals__0__bidfloor=10, imp__0__qty__multiplier="@@a@@"))
+    ask = parse_bid_request(raw.replace('"@@a@@"', "1.0000000000000000004").encode())
+    assert ask.audience == Decimal("1.000000000000000000")
+    assert openrtb_min_bid_micros(ask.bidfloor, ask.floor_audience) == 2 * MICROS_PER_CENT
