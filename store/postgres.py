@@ -63,9 +63,6 @@ def migration_files() -> list[tuple[str, str]]:
     )
 
 
-#: What connecting to Postgres raises when it cannot: refused or timed out (OSError,
-#: TimeoutError), refused by the server (PostgresError, InterfaceError), or a DATABASE_URL
-#: asyncpg cannot use (ValueError: a port that is not a number, a bad sslmode).
 #: What a call raises when Postgres cannot be reached: refused, dropped, starting or stopping.
 UNREACHABLE_ERRORS: tuple[type[Exception], ...] = (
     OSError,
@@ -73,6 +70,9 @@ UNREACHABLE_ERRORS: tuple[type[Exception], ...] = (
     asyncpg.CannotConnectNowError,
 )
 
+#: What connecting to Postgres raises when it cannot: refused or timed out (OSError,
+#: TimeoutError), refused by the server (PostgresError, InterfaceError), or a DATABASE_URL
+#: asyncpg cannot use (ValueError: a port that is not a number, a bad sslmode).
 CONNECT_ERRORS: tuple[type[Exception], ...] = (
     OSError,
     TimeoutError,
