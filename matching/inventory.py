@@ -197,7 +197,13 @@ def _check_text(check: _Checker, kind: str, items: list[msgspec.Struct]) -> None
                 )
 
 
-def _is_uuid(value: str) -> bool:
+#: A UUID in its canonical text form, in either case (what uuid.UUID prints, case aside).
+CANONICAL_UUID = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+
+
+def is_uuid(value: str) -> bool:
     try:
         uuid.UUID(value)
     except ValueError:
@@ -205,9 +211,12 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
-def _canonical(value: str) -> str:
-    """A UUID in its one written form (lower case, hyphens); anything else as it is, for the
-    checks to name."""
+def canonical_uuid(value: str) -> str:
+    """`value` in the one form ids are kept under (lower case, hyphens) when it is a UUID in
+    any form RFC 4122 readers take (upper case, `{...}`, no hyphens, `urn:uuid:`); anything
+    else as it is, for the checks to name and for nothing to be found by."""
+    if CANONICAL_UUID.fullmatch(value) is not None:
+        return value.lower()
     try:
         return str(uuid.UUID(value))
     except ValueError:
@@ -215,7 +224,7 @@ def _canonical(value: str) -> str:
 
 
 def _canonical_list(values: list[str] | None) -> list[str] | None:
-    return None if values is None else [_canonical(v) for v in values]
+    return None if values is None else [canonical_uuid(v) for v in values]
 
 
 def canonicalize_ids(doc: InventoryDocument) -> None:
@@ -223,20 +232,20 @@ def canonicalize_ids(doc: InventoryDocument) -> None:
     `DE00...` and `de00...` name the same row: as ids they must count as duplicates of each
     other, and as references (targeting included) match the item they name."""
     for pub in doc.publishers:
-        pub.id = _canonical(pub.id)
+        pub.id = canonical_uuid(pub.id)
     for adv in doc.advertisers:
-        adv.id = _canonical(adv.id)
+        adv.id = canonical_uuid(adv.id)
     for code in doc.billing_codes:
-        code.advertiser_id = _canonical(code.advertiser_id)
-        code.publisher_id = _canonical(code.publisher_id)
+        code.advertiser_id = canonical_uuid(code.advertiser_id)
+        code.publisher_id = canonical_uuid(code.publisher_id)
     for scr in doc.screens:
-        scr.id, scr.publisher_id = _canonical(scr.id), _canonical(scr.publisher_id)
+        scr.id, scr.publisher_id = canonical_uuid(scr.id), canonical_uuid(scr.publisher_id)
     for cmp in doc.campaigns:
-        cmp.id, cmp.advertiser_id = _canonical(cmp.id), _canonical(cmp.advertiser_id)
+        cmp.id, cmp.advertiser_id = canonical_uuid(cmp.id), canonical_uuid(cmp.advertiser_id)
         cmp.targeting.publisher_ids = _canonical_list(cmp.targeting.publisher_ids)
         cmp.targeting.screen_ids = _canonical_list(cmp.targeting.screen_ids)
     for cre in doc.creatives:
-        cre.id, cre.campaign_id = _canonical(cre.id), _canonical(cre.campaign_id)
+        cre.id, cre.campaign_id = canonical_uuid(cre.id), canonical_uuid(cre.campaign_id)
 
 
 class _Checker:
@@ -252,7 +261,7 @@ class _Checker:
 def _check_ids(check: _Checker, kind: str, ids: list[str]) -> None:
     seen: set[str] = set()
     for index, item_id in enumerate(ids):
-        if not _is_uuid(item_id):
+        if not is_uuid(item_id):
             check.add(kind, index, item_id, "id", "must be a UUID")
         elif item_id in seen:
             check.add(kind, index, item_id, "id", "appears more than once in the document")
@@ -458,7 +467,7 @@ def _check_targeting(check: _Checker, index: int, cmp: Campaign) -> None:
         ("targeting.publisher_ids", cmp.targeting.publisher_ids),
         ("targeting.screen_ids", cmp.targeting.screen_ids),
     ):
-        if any(not _is_uuid(item) for item in ids or []):
+        if any(not is_uuid(item) for item in ids or []):
             check.add("campaigns", index, cmp.id, field, "must hold only UUIDs")
     for d, part in enumerate(cmp.targeting.dayparts or []):
         field = f"targeting.dayparts[{d}]"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import importlib.resources
 import os
-import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from matching.engine import Budget
+from matching.inventory import CANONICAL_UUID
 from matching.snapshot import SHARDS, CampaignInfo
 from store.pipelined import Arg, PipelinedRedis, PipelinedScript
 
@@ -105,10 +105,6 @@ def queue_keys() -> list[str]:
 
 # The digit after the version nibble: RFC 4122 variant bits (10xx) over two random bits.
 _VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
-# A UUID in its canonical text form, in either case (what uuid.UUID prints, case aside).
-_CANONICAL_UUID = re.compile(
-    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-)
 
 
 class _RandomHex:
@@ -157,22 +153,10 @@ def new_id(shard: int) -> str:
     return _uuid4_text(f"{shard:x}")
 
 
-def canonical_id(value: str) -> str:
-    """`value` in the one form ids are kept under (lower case, hyphens) when it is a UUID in
-    any form RFC 4122 readers take (upper case, `{...}`, no hyphens, `urn:uuid:`); anything
-    else as it is, to be found by nothing."""
-    if _CANONICAL_UUID.fullmatch(value) is not None:
-        return value.lower()
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        return value
-
-
 def shard_of(an_id: str) -> int | None:
     """The shard an offer or deal id was made in; None for anything that is not such an id
     (only the canonical 8-4-4-4-12 form, in either case, counts as an id)."""
-    if _CANONICAL_UUID.fullmatch(an_id) is None:
+    if CANONICAL_UUID.fullmatch(an_id) is None:
         return None
     shard = int(an_id[0], 16)
     return shard if shard < SHARDS else None

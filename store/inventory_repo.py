@@ -28,6 +28,7 @@ from matching.inventory import (
     Screen,
     Targeting,
     canonicalize_ids,
+    is_uuid,
     validate_document,
 )
 from matching.money import plain
@@ -128,13 +129,6 @@ async def _known_ids(conn: Conn, table: str) -> set[str]:
     return {str(r["id"]) for r in await conn.fetch(f"SELECT id FROM {table}")}  # noqa: S608
 
 
-def _uuid_or_none(value: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return None
-
-
 async def _external_id_conflicts(conn: Conn, doc: InventoryDocument) -> list[Problem]:
     """Screens whose (publisher, external_id) is held by a stored screen the document leaves as
     it is (a holder that the document moves to another external id is no conflict)."""
@@ -144,8 +138,8 @@ async def _external_id_conflicts(conn: Conn, doc: InventoryDocument) -> list[Pro
         # Only what can be looked up: other screens' problems are the rules' to report.
         if s.external_id is not None
         and "\x00" not in s.external_id
-        and _uuid_or_none(s.id) is not None
-        and _uuid_or_none(s.publisher_id) is not None
+        and is_uuid(s.id)
+        and is_uuid(s.publisher_id)
     ]
     if not wanted:
         return []

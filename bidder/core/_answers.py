@@ -28,7 +28,7 @@ from bidder.core._common import (
 from bidder.errors import BadRequest, NotFound
 from bidder.runtime import Runtime
 from bidder.web import call_of, runtime_of
-from matching.inventory import MAX_AMOUNT_CENTS
+from matching.inventory import MAX_AMOUNT_CENTS, canonical_uuid
 from matching.money import (
     MoneyError,
     cents_to_micros,
@@ -36,7 +36,7 @@ from matching.money import (
     parse_cents,
     split_gross,
 )
-from store.hot import NotAnswered, canonical_id, random_uuid
+from store.hot import NotAnswered, random_uuid
 
 log = logging.getLogger("bidder.core")
 
@@ -185,7 +185,7 @@ async def answer_offer(rt: Runtime, call: HttpCall, offer_id: str) -> Answer:
     if offer_id == _demo.DEMO_OFFER_ID:
         return _demo_answer(action, accepted, reason)
     # A UUID in another form (upper case, braces, no hyphens) names the same offer.
-    return await _answer(caller, canonical_id(offer_id), action, accepted, reason)
+    return await _answer(caller, canonical_uuid(offer_id), action, accepted, reason)
 
 
 # Serves only what bidder.front passes on to Litestar; the same function either way.

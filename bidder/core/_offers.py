@@ -30,9 +30,9 @@ from bidder.errors import BadRequest, Forbidden, NotFound, Unprocessable
 from bidder.offers import MadeOffer, make_offer
 from bidder.runtime import Runtime
 from bidder.web import call_of, iso_utc, runtime_of
+from matching.inventory import canonical_uuid
 from matching.money import MoneyError, cents_to_micros, micros_to_cents, parse_cents
 from matching.snapshot import ScreenInfo
-from store.hot import canonical_id
 
 NO_MATCHES = "No matches available"
 BELOW_MINIMUM = "No matches meet the minimum bid requirement"
@@ -162,7 +162,7 @@ async def offer_by_screen_id(rt: Runtime, call: HttpCall, screen_id: str) -> Ans
         return _demo_offer(caller, query)
     screens = caller.snapshot.screens
     # A UUID in another form (upper case, braces, no hyphens) names the same screen.
-    screen = screens.get(screen_id) or screens.get(canonical_id(screen_id))
+    screen = screens.get(screen_id) or screens.get(canonical_uuid(screen_id))
     return await _offer_for(caller, screen, query)
 
 

@@ -22,8 +22,7 @@ from bidder.core._common import (
 )
 from bidder.errors import BadRequest, NotFound
 from bidder.web import iso_utc
-from matching.inventory import in_utc
-from store.hot import canonical_id
+from matching.inventory import canonical_uuid, in_utc
 
 DEAL_NOT_FOUND = "Deal not found or access denied"
 _MAX_TEXT_CHARS = 200
@@ -104,7 +103,7 @@ async def confirm_playout(
     screen_resolution = optional_text(body, "screen_resolution", _MAX_TEXT_CHARS)
     if deal_id == _demo.DEMO_DEAL_ID:
         return json_response(_confirmed(deal_id, _demo.DEMO_PLAYOUT_ID, caller.now, False))
-    deal_id = canonical_id(deal_id)  # another form of the UUID names the same deal
+    deal_id = canonical_uuid(deal_id)  # another form of the UUID names the same deal
     payload = {
         "played_at": iso_utc(played_at),
         "duration_seconds": duration,
