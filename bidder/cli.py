@@ -16,10 +16,9 @@ import socket
 import sys
 import tempfile
 import time
-import uuid
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO
 
 import msgspec
 from granian import Granian
@@ -36,13 +35,19 @@ from bidder.admin import (
     issue_key,
     revoke_key_id,
 )
-from bidder.cli_common import CommandFailed, with_connection
+from bidder.cli_common import (
+    CommandFailed,
+    command_settings,
+    formatted_json,
+    uuid_argument,
+    with_connection,
+)
 from bidder.cli_records import port_number
 from bidder.errors import UNREADABLE_JSON, BadRequest
 from bidder.field_problems import decode_document
-from bidder.observability import MULTIPROCESS_DIR_ENV, configure_logging, multiprocess_dir
+from bidder.observability import MULTIPROCESS_DIR_ENV, multiprocess_dir
 from bidder.runtime import utcnow
-from bidder.settings import Settings, SettingsError, load_settings
+from bidder.settings import Settings, SettingsError
 from matching.inventory import InventoryDocument, Problem
 from store.inventory_repo import (
     InventoryRejected,
@@ -54,11 +59,6 @@ EXIT_REFUSED = 1
 EXIT_SETTINGS = 2
 #: What a shell reports for a process that SIGPIPE ended (128 + 13), as `cat` would exit.
 EXIT_BROKEN_PIPE = 141
-
-_encoder = msgspec.json.Encoder(decimal_format="number")
-
-T = TypeVar("T")
-
 
 # -- serving ---------------------------------------------------------------------------------
 
@@ -102,7 +102,7 @@ def ensure_port_free(host: str, port: int) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    settings = _settings()
+    settings = command_settings()
     workers = args.workers or os.cpu_count() or 1
     ensure_port_free(args.host, args.port)  # before touching anything a running one uses
     shared = _share_metrics() if workers > 1 or multiprocess_dir() else None
@@ -129,16 +129,8 @@ def _share_metrics() -> str:
 # -- Postgres commands ----------------------------------------------------------------------
 
 
-def _settings() -> Settings:
-    """The settings, and the service's JSON logging on stderr at LOG_LEVEL (an operator's
-    change made here logs its `bidder.audit` line as the admin API's does)."""
-    settings = load_settings()
-    configure_logging(settings.log_level)
-    return settings
-
-
 def _cmd_migrate(_: argparse.Namespace) -> int:
-    applied = asyncio.run(with_connection(_settings(), migrate))
+    applied = asyncio.run(with_connection(command_settings(), migrate))
     print("applied: " + ", ".join(applied) if applied else "schema is up to date")
     return 0
 
@@ -180,7 +172,7 @@ def read_document(path: Path) -> InventoryDocument:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    settings = _settings()
+    settings = command_settings()
     started = time.monotonic()
     try:
         counts = _import(settings, Path(args.file))
@@ -209,14 +201,14 @@ def _import(settings: Settings, path: Path) -> dict[str, int]:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    settings = _settings()
+    settings = command_settings()
 
     async def work(conn: Conn) -> InventoryDocument:
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             return await export_document(conn)
 
     doc = asyncio.run(with_connection(settings, work))
-    data = msgspec.json.format(_encoder.encode(doc), indent=2) + b"\n"
+    data = formatted_json(doc)
     if args.file in (None, "-"):
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
@@ -227,7 +219,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys_create(args: argparse.Namespace) -> int:
-    settings = _settings()
+    settings = command_settings()
     expires_at: datetime | None = args.expires_at
     try:  # the admin API's rules: in the future, and within the year 9999 once in UTC
         check_expiry(expires_at, utcnow())
@@ -249,7 +241,7 @@ def _cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys_revoke(args: argparse.Namespace) -> int:
-    settings = _settings()
+    settings = command_settings()
 
     async def work(conn: Conn) -> bool:
         return await revoke_key_id(conn, args.key_id)
@@ -267,13 +259,6 @@ def _cmd_dev(args: argparse.Namespace) -> int:
 
 
 # -- argument parsing ------------------------------------------------------------------------
-
-
-def _uuid(value: str) -> str:
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a UUID: {value!r}") from None
 
 
 def _timestamp(value: str) -> datetime:
@@ -325,11 +310,11 @@ def build_parser() -> argparse.ArgumentParser:
     keys = commands.add_parser("keys", help="publisher API keys")
     keys_cmds = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
     create_cmd = keys_cmds.add_parser("create", help="make a key; it is printed once")
-    create_cmd.add_argument("--publisher", type=_uuid, required=True, metavar="ID")
+    create_cmd.add_argument("--publisher", type=uuid_argument, required=True, metavar="ID")
     create_cmd.add_argument("--expires-at", type=_timestamp, default=None, metavar="ISO")
     create_cmd.set_defaults(func=_cmd_keys_create)
     revoke_cmd = keys_cmds.add_parser("revoke", help="revoke a key by its key_id")
-    revoke_cmd.add_argument("key_id", type=_uuid, metavar="KEY_ID")
+    revoke_cmd.add_argument("key_id", type=uuid_argument, metavar="KEY_ID")
     revoke_cmd.set_defaults(func=_cmd_keys_revoke)
 
     dev = commands.add_parser(

@@ -11,30 +11,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import uuid
 from collections.abc import Awaitable, Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import asyncpg
-import msgspec
 
 from bidder.admin import (
-    RecordSource,
     apply_top_up,
     deal_view,
     load_campaign,
     offer_view,
     with_budget,
 )
-from bidder.cli_common import CommandFailed, with_connection
+from bidder.cli_common import (
+    CommandFailed,
+    command_settings,
+    formatted_json,
+    uuid_argument,
+    with_connection,
+)
 from bidder.errors import ServiceError
-from bidder.observability import configure_logging
-from bidder.settings import load_settings
 from store.hot import HotState, connect
 from store.postgres import Conn
-
-_encoder = msgspec.json.Encoder(decimal_format="number")
 
 View = Callable[[Conn, HotState], Awaitable[Any]]
 
@@ -53,8 +52,7 @@ class _CliSource:
 def _run(view: View) -> int:
     """Run `view` on Postgres and Redis as the settings name them and print its JSON; the
     admin API's refusals (404, 400, 503) become one-line failures (exit 1)."""
-    settings = load_settings()
-    configure_logging(settings.log_level)
+    settings = command_settings()
 
     async def work(conn: Conn) -> Any:
         redis = connect(settings.redis_url, timeout=5.0, max_connections=2)
@@ -66,7 +64,7 @@ def _run(view: View) -> int:
             await redis.aclose()
 
     answer = asyncio.run(with_connection(settings, work))
-    sys.stdout.buffer.write(msgspec.json.format(_encoder.encode(answer), indent=2) + b"\n")
+    sys.stdout.buffer.write(formatted_json(answer))
     sys.stdout.buffer.flush()
     return 0
 
@@ -88,8 +86,7 @@ def _campaign_top_up(args: argparse.Namespace) -> int:
 
 def _offer_show(args: argparse.Namespace) -> int:
     async def view(conn: Conn, hot: HotState) -> Any:
-        source: RecordSource = _CliSource(conn, hot)
-        return await offer_view(source, args.offer_id)
+        return await offer_view(_CliSource(conn, hot), args.offer_id)
 
     return _run(view)
 
@@ -99,13 +96,6 @@ def _deal_show(args: argparse.Namespace) -> int:
         return await deal_view(_CliSource(conn, hot), args.deal_id)
 
     return _run(view)
-
-
-def _uuid(value: str) -> str:
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a UUID: {value!r}") from None
 
 
 def _cents(value: str) -> Decimal:
@@ -120,23 +110,23 @@ def register(subparsers: Any) -> None:
     campaigns = subparsers.add_parser("campaigns", help="a campaign's live budget; top-ups")
     campaign_cmds = campaigns.add_subparsers(dest="action", required=True, metavar="ACTION")
     show = campaign_cmds.add_parser("show", help="the campaign with its live budget (JSON)")
-    show.add_argument("campaign_id", type=_uuid, metavar="CAMPAIGN_ID")
+    show.add_argument("campaign_id", type=uuid_argument, metavar="CAMPAIGN_ID")
     show.set_defaults(func=_campaign_show)
     top_up = campaign_cmds.add_parser(
         "top-up", help="add ADD_CENTS to the campaign's total budget; prints the campaign"
     )
-    top_up.add_argument("campaign_id", type=_uuid, metavar="CAMPAIGN_ID")
+    top_up.add_argument("campaign_id", type=uuid_argument, metavar="CAMPAIGN_ID")
     top_up.add_argument("add_cents", type=_cents, metavar="ADD_CENTS")
     top_up.set_defaults(func=_campaign_top_up)
 
     offers = subparsers.add_parser("offers", help="an offer's status and price")
     offer_cmds = offers.add_subparsers(dest="action", required=True, metavar="ACTION")
     offer = offer_cmds.add_parser("show", help="the offer as the admin API shows it (JSON)")
-    offer.add_argument("offer_id", type=_uuid, metavar="OFFER_ID")
+    offer.add_argument("offer_id", type=uuid_argument, metavar="OFFER_ID")
     offer.set_defaults(func=_offer_show)
 
     deals = subparsers.add_parser("deals", help="a deal with its billing record and playouts")
     deal_cmds = deals.add_subparsers(dest="action", required=True, metavar="ACTION")
     deal = deal_cmds.add_parser("show", help="the deal as the admin API shows it (JSON)")
-    deal.add_argument("deal_id", type=_uuid, metavar="DEAL_ID")
+    deal.add_argument("deal_id", type=uuid_argument, metavar="DEAL_ID")
     deal.set_defaults(func=_deal_show)

@@ -1,17 +1,45 @@
-"""What the `bidder` commands share: the one-line failure, and a Postgres connection set up like
-the service's."""
+"""What the `bidder` commands share: their settings and logging, the one-line failure, a
+Postgres connection set up like the service's, UUID arguments and JSON output."""
 
 from __future__ import annotations
 
+import argparse
+import uuid
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncpg
+import msgspec
 
-from bidder.settings import Settings
+from bidder.observability import configure_logging
+from bidder.settings import Settings, load_settings
 from store.postgres import CONNECT_ERRORS, Conn, create_pool, describe_connect_error
 
 T = TypeVar("T")
+
+# Decimals as plain JSON numbers, as the service answers them.
+_encoder = msgspec.json.Encoder(decimal_format="number")
+
+
+def command_settings() -> Settings:
+    """The settings, and the service's JSON logging on stderr at LOG_LEVEL (an operator's
+    change made from the command line logs its `bidder.audit` line as the admin API's does)."""
+    settings = load_settings()
+    configure_logging(settings.log_level)
+    return settings
+
+
+def uuid_argument(value: str) -> str:
+    """An argparse type: a UUID, in its canonical form."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a UUID: {value!r}") from None
+
+
+def formatted_json(value: Any) -> bytes:
+    """`value` as indented JSON with a final newline, for a person or a file."""
+    return msgspec.json.format(_encoder.encode(value), indent=2) + b"\n"
 
 
 class CommandFailed(Exception):
