@@ -51,6 +51,14 @@ def _one_field(into: type[msgspec.Struct], name: str, annotation: Any) -> type[A
     return msgspec.defstruct(f"{into.__name__}_{name}", [(name, annotation)])
 
 
+def _converts(item: dict[str, Any], into: type[msgspec.Struct]) -> bool:
+    try:
+        msgspec.convert(item, into)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
 def document_problems(raw: bytes) -> list[Problem]:
     """Every item of an inventory document msgspec refused that is not an object, has an
     unknown field, lacks a required one or has one of the wrong type, by list, index, id and
@@ -79,11 +87,8 @@ def document_problems(raw: bytes) -> list[Problem]:
                     Problem(list=kind, index=index, id=None, field="", message="must be an object")
                 )
                 continue
-            try:  # whole first: only an item that fails is checked field by field
-                msgspec.convert(item, item_type)
+            if _converts(item, item_type):  # only an item that fails is checked field by field
                 continue
-            except msgspec.ValidationError:
-                pass
             item_id = item.get("id")
             problems += [
                 Problem(

@@ -31,7 +31,7 @@ _MAX_DIGITS = 34
 
 
 #: A decimal number in ASCII: optional sign, digits with an optional point, optional exponent.
-DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 
 
 class MoneyError(ValueError):
@@ -49,7 +49,7 @@ def parse_cents(value: object) -> Decimal:
     elif isinstance(value, str):
         # Only a number as JSON or a URL spells it: Decimal() also reads `3_0`, other scripts'
         # digits (`३०`) and surrounding blanks, which no client means as a number.
-        if DECIMAL_TEXT.fullmatch(value) is None:
+        if _DECIMAL_TEXT.fullmatch(value) is None:
             raise MoneyError("must be a number")
         try:
             amount = Decimal(value)

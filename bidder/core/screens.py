@@ -112,15 +112,13 @@ def _convert(body: dict[str, Any], into: type[S]) -> S | Response[bytes]:
     try:
         converted = msgspec.convert(settable, into)
     except msgspec.ValidationError as exc:
-        whole = str(exc)
-    else:
-        if not refused:
-            return converted
-        whole = ""
-        if isinstance(converted, ScreenRegistration):  # its values can be judged on their own
-            refused += _value_problems(converted, "")
-    problems = refused + _type_problems(settable, into)
-    return _rejected(problems or [FieldProblem(field="", message=whole)])
+        problems = refused + _type_problems(settable, into)
+        return _rejected(problems or [FieldProblem(field="", message=str(exc))])
+    if not refused:
+        return converted
+    if isinstance(converted, ScreenRegistration):  # its values can be judged on their own
+        refused += _value_problems(converted, "")
+    return _rejected(refused)
 
 
 def _type_problems(body: dict[str, Any], into: type[msgspec.Struct]) -> list[FieldProblem]:

@@ -10,7 +10,6 @@ releases an open bid's reservation, retries only count, a notice after billing c
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import msgspec
@@ -25,7 +24,7 @@ from bidder.runtime import utcnow
 from bidder.settings import Settings
 from bidder.signing import SIGNATURE_PARAM, signer, url_value, verify
 from bidder.web import runtime_of
-from matching.money import DECIMAL_TEXT
+from matching.money import MoneyError, parse_cents
 from store.hot import epoch_ms
 
 MAX_QUERY_BYTES = 4 * 1024
@@ -138,19 +137,20 @@ def _text(value: str | None) -> str | None:
     return _substituted(value)
 
 
-# Numbers as a URL writes them: ASCII digits only (`DECIMAL_TEXT`). Python's own parsers also
-# take `1_000` and other scripts' digits (`١٢٣`), which no SSP sends for a number.
+# Numbers as a URL writes them: ASCII digits only (as `parse_cents` reads decimals). Python's
+# own parsers also take `1_000` and other scripts' digits (`١٢٣`), which no SSP sends for one.
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
 def _decimal(value: str | None) -> str | None:
-    """A decimal number kept as its exact text; None when the value is not one."""
+    """A decimal number kept as its exact text; None when the value is not one (as
+    `parse_cents` reads a number written as text)."""
     text = _substituted(value)
-    if text is None or not DECIMAL_TEXT.fullmatch(text):
+    if text is None:
         return None
     try:
-        Decimal(text)
-    except InvalidOperation:  # an exponent past Decimal's range
+        parse_cents(text)
+    except MoneyError:
         return None
     return text
 
