@@ -188,6 +188,11 @@ def _rounds_section(report: RunReport) -> list[str]:
             "(the lower middle for an even count), so each ratio in the peak table is "
             "median/median. A round's ratio divides by that same round's /healthz."
         )
+    if "accept" in report.rounds:
+        method += (
+            " Each round's accept runs on an offer pool of its own, made just before it, and "
+            "the record queue is drained before the next round."
+        )
     singles = [LABELS.get(key, key) for key in report.peak if key not in report.rounds]
     if singles:
         method += f" {', '.join(singles)}: one run each, after the rounds, compared to the " + (

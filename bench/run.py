@@ -4,11 +4,12 @@ Phases, one at a time (the machine has two cores: the worker on CPU 0, the load 
 
 1. Redis + Postgres (.run/bench, or REDIS_URL / DATABASE_URL), the full inventory seeded,
    one API key per publisher, one granian worker pinned to CPU 0.
-2. wrk peak runs: `rounds` interleaved rounds of /healthz (the ceiling), offer request and bid
-   (harvesting the `lurl`s), each endpoint's peak the round with the median req/s (back-to-back
-   runs of the same code vary by about ±30 % on this shared machine); then an offer pool made
-   by offer requests (one wrk thread per publisher, so each offer's key is known), accept (each
-   pooled offer accepted once), loss notice (the harvested `lurl`s of every round).
+2. wrk peak runs: `rounds` interleaved rounds of /healthz (the ceiling), offer request, bid
+   (harvesting the `lurl`s) and accept (an offer pool made by offer requests just before it, one
+   wrk thread per publisher so each offer's key is known; each pooled offer accepted once),
+   the record queue drained between rounds; each endpoint's peak the round with the median
+   req/s (back-to-back runs of the same code vary by about ±30 % on this shared machine); then
+   the loss notice (the harvested `lurl`s of every round).
 3. wrk paced runs at half of the offer request's and the bid's (median) peak, `rounds` runs
    each; the run with the median p99 (p50 for the inventory-size comparison) stands for them.
 4. Locust: publisher flow, SSP flow, demo traffic and bad input, every answer checked.
@@ -31,6 +32,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -103,8 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_at_least_one,
         default=None,
         metavar="N",
-        help="interleaved rounds of the /healthz, offer request and bid peaks; each peak is the "
-        "median round (default 3, 1 with --quick)",
+        help="interleaved rounds of the /healthz, offer request, bid and accept peaks; each "
+        "peak is the median round (default 3, 1 with --quick)",
     )
     parser.add_argument("--locust-seconds", type=int, default=0, help="Locust run time")
     parser.add_argument(
@@ -134,7 +136,7 @@ class Outcome:
 
     peak: dict[str, WrkResult] = field(default_factory=dict)
     paced: dict[str, WrkResult] = field(default_factory=dict)
-    #: every round of the interleaved peaks (healthz, offer_request, bid), in run order
+    #: every round of the interleaved peaks (healthz, offer_request, bid, accept), in run order
     rounds: dict[str, list[WrkResult]] = field(default_factory=dict)
     seen: invariants.Acknowledged = field(default_factory=invariants.Acknowledged)
     locust_rows: list[report.LocustRow] = field(default_factory=list)
@@ -152,11 +154,21 @@ def log(message: str) -> None:
 class Throughput:
     """The wrk phases against one worker."""
 
-    def __init__(self, cfg: BenchConfig, base_url: str, data: Path, outcome: Outcome) -> None:
+    def __init__(
+        self,
+        cfg: BenchConfig,
+        base_url: str,
+        data: Path,
+        outcome: Outcome,
+        settle: Callable[[], None] = lambda: None,
+    ) -> None:
         self.cfg = cfg
         self.base_url = base_url
         self.data = data
         self.outcome = outcome
+        # Called between rounds: a round's accepts leave records for the writer, which would
+        # otherwise be written during the next round's /healthz (`quiesce` in the bench).
+        self.settle = settle
 
     def run(self, spec: WrkRun) -> WrkResult:
         log(f"wrk {spec.name}: {spec.seconds:g} s, {spec.connections} connections")
@@ -177,8 +189,7 @@ class Throughput:
         )
         throughput.write_requests(files / "bid.tsv", workload.bid_lines(targets, 5_000, seed=2))
         lurls = files / "lurls.txt"
-        self.rounds(lurls)
-        self.accept(targets)
+        self.rounds(lurls, targets)
         loss = workload.loss_lines(lurls)
         if loss:
             throughput.write_requests(files / "loss.tsv", loss)
@@ -193,13 +204,16 @@ class Throughput:
         else:
             out.notes.append("Loss notice not measured: the bid runs returned no lurl.")
 
-    def rounds(self, lurls: Path) -> None:
-        """`cfg.rounds` rounds of healthz, offer request, bid: back-to-back runs of the same code
-        vary by about ±30 % here, so each peak is the median round, and the ratios compare
-        medians. Every round's bid run keeps its `lurl`s; `lurls` gets them all."""
+    def rounds(self, lurls: Path, targets: list[workload.Target]) -> None:
+        """`cfg.rounds` rounds of healthz, offer request, bid and accept: back-to-back runs of
+        the same code vary by about ±30 % here, so each peak is the median round, and the
+        ratios compare medians. Every round's bid run keeps its `lurl`s (`lurls` gets them
+        all); every round's accept takes an offer pool of its own, made just before it."""
         seconds, out, files = self.cfg.wrk_seconds, self.outcome, self.data
         harvested = []
         for number in range(1, self.cfg.rounds + 1):
+            if number > 1:
+                self.settle()
             log(f"round {number} of {self.cfg.rounds}")
             round_lurls = files / f"lurls-r{number}.txt"
             for key, script, data, harvest in (
@@ -211,25 +225,32 @@ class Throughput:
                 spec = WrkRun(f"{key}-r{number}", script, data, seconds, harvest=harvest, out=kept)
                 out.rounds.setdefault(key, []).append(self.run(spec))
             harvested.append(round_lurls.read_text())
+            accepted = self.accept(targets, number, out.rounds["offer_request"][-1].rps)
+            out.rounds.setdefault("accept", []).append(accepted)
         lurls.write_text("".join(harvested))
         for key, runs in out.rounds.items():
             out.peak[key] = report.median_run(runs)
 
-    def accept(self, targets: list[workload.Target]) -> None:
-        """Pool of fresh offers (one wrk thread per publisher), then one accept per offer."""
+    def accept(self, targets: list[workload.Target], number: int, offer_rps: float) -> WrkResult:
+        """Round `number`'s accept: a pool of fresh offers (one wrk thread per publisher, so
+        each offer's key is known), then one accept per pooled offer. A pool that came back
+        empty is a round of no accepts (0 req/s, said in the notes), not a round left out."""
         seconds, out, files = self.cfg.wrk_seconds, self.outcome, self.data
-        offer_rps = max(out.peak["offer_request"].rps, 200.0)
+        offer_rps = max(offer_rps, 200.0)
         wanted = int(min(offer_rps * 2 * seconds, 120_000))
         publishers = len({t.publisher_id for t in targets})
         pattern, threads = workload.pool_prep_files(
-            files / "prep", targets, per_publisher=max(200, wanted // publishers + 50), seed=3
+            files / f"prep-r{number}",
+            targets,
+            per_publisher=max(200, wanted // publishers + 50),
+            seed=2 + number,
         )
-        pool = files / "pool.txt"
+        pool = files / f"pool-r{number}.txt"
         prep_seconds = math.ceil(wanted / offer_rps * 1.3) + 2
         log(f"offer pool for accept: {wanted:,} offers, up to {prep_seconds} s")
         self.run(
             WrkRun(
-                "offer_pool",
+                f"offer_pool-r{number}",
                 "offer_request.lua",
                 Path(pattern),
                 prep_seconds,
@@ -241,32 +262,38 @@ class Throughput:
             )
         )
         accepts = workload.accept_lines(pool)
-        out.seen.pool_offer_ids = {line.path.rsplit("/", 1)[1] for line in accepts}
+        out.seen.pool_offer_ids |= {line.path.rsplit("/", 1)[1] for line in accepts}
         if not accepts:
-            out.notes.append("Accept not measured: the offer pool is empty.")
-            return
-        throughput.write_requests(files / "accept.tsv", accepts)
-        deals = files / "deals.txt"
+            out.notes.append(f"Accept not measured in round {number}: the offer pool is empty.")
+            return WrkResult(f"accept-r{number}", 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, {}, {})
+        requests = files / f"accept-r{number}.tsv"
+        throughput.write_requests(requests, accepts)
+        deals = files / f"deals-r{number}.txt"
         result = self.run(
             WrkRun(
-                "accept",
+                f"accept-r{number}",
                 "accept.lua",
-                files / "accept.tsv",
+                requests,
                 seconds,
                 harvest="deal",
                 once=True,
                 out=deals,
             )
         )
-        out.peak["accept"] = result
         out.seen.deal_ids |= set(deals.read_text().split())
         out.seen.cutoff_allowance += result.connections
-        out.settings["accept pool"] = f"{len(accepts):,} fresh offers, each accepted once"
+        out.settings["accept pool"] = (
+            f"{len(accepts):,} fresh offers in round {number}, each accepted once"
+            if self.cfg.rounds == 1
+            else f"a pool of fresh offers per round ({len(accepts):,} in the last), "
+            "each accepted once"
+        )
         if result.exhausted:
             out.notes.append(
-                f"The accept pool ({len(accepts):,} offers) ran out before the run ended: the "
-                "accept req/s is a lower bound."
+                f"The accept pool of round {number} ({len(accepts):,} offers) ran out before "
+                "the run ended: that round's accept req/s is a lower bound."
             )
+        return result
 
     def paced_runs(
         self, key: str, script: str, data: Path, target: float, measure: str
@@ -548,7 +575,9 @@ def full_inventory(
     worker = start_worker(cfg, seeded, "full")
     try:
         if not cfg.skip_wrk:
-            runner = Throughput(cfg, worker.base_url, data, outcome)
+            runner = Throughput(
+                cfg, worker.base_url, data, outcome, settle=lambda: quiesce(seeded.redis_url)
+            )
             quiesce(seeded.redis_url)
             runner.peaks(targets)
             quiesce(seeded.redis_url)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import throughput
+from bench import throughput, workload
 from bench.cli import register
 from bench.report import RunReport, median_by, median_run, render_markdown, write_report
 from bench.run import BenchConfig, Outcome, Throughput
@@ -89,7 +89,7 @@ def three_rounds() -> RunReport:
             "healthz": rounds["healthz"][0],  # median 10,000
             "offer_request": rounds["offer_request"][0],  # median 5,000
             "bid": rounds["bid"][1],  # median 4,400
-            "accept": wrk("accept", 4_000),  # one run
+            "loss": wrk("loss", 4_000),  # one run
         },
         rounds=rounds,
     )
@@ -108,7 +108,7 @@ def test_peak_table_ratios_are_median_over_median_with_the_median_rounds_latenci
     # bid median 4,400 (round 2, p50 2.5 ms) over healthz median 10,000 (round 1)
     assert "| POST OpenRTB bid | 4,400 | 0.44 | 2.50 |" in text
     assert "| GET offer request | 5,000 | 0.50 |" in text
-    assert "| POST offer response (accept) | 4,000 | 0.40 |" in text  # over the median ceiling
+    assert "| GET loss notice | 4,000 | 0.40 |" in text  # over the median ceiling
 
 
 def test_rounds_section_sits_after_the_peak_table_and_states_the_method() -> None:
@@ -122,11 +122,19 @@ def test_rounds_section_sits_after_the_peak_table_and_states_the_method() -> Non
     section = text[rounds:paced]
     assert "median of 3 interleaved rounds" in section
     assert "median/median" in section
-    assert "POST offer response (accept): one run each, after the rounds, compared to the " in (
-        section
-    )
+    assert "GET loss notice: one run each, after the rounds, compared to the " in section
     assert "median ceiling" in section
     assert section.count("\n| ") == 4  # header and three rounds (the separator starts "|---")
+    assert "offer pool of its own" not in section  # no accept among these rounds
+
+
+def test_rounds_with_accept_say_how_its_offers_were_made() -> None:
+    report = three_rounds()
+    report.rounds["accept"] = [wrk("a1", 3_000), wrk("a2", 2_000), wrk("a3", 4_000)]
+    text = render_markdown(report)
+    section = text[text.index("## Rounds") : text.index("## Paced runs")]
+    assert "accept runs on an offer pool of its own, made just before it" in section
+    assert "| 2 | 8,000 | 4,800 | 0.60 | 4,400 | 0.55 | 2,000 | 0.25 |" in section
 
 
 def test_one_round_says_there_is_no_median() -> None:
@@ -185,43 +193,78 @@ def test_rounds_must_be_a_whole_number_of_at_least_one(
 # -- the runner's order ------------------------------------------------------------------------
 
 
-def test_rounds_interleave_keep_every_run_and_harvest_every_bid(
+def target(publisher: int, screen: int) -> workload.Target:
+    return workload.Target(
+        screen_id=f"screen-{publisher}-{screen}",
+        external_id=f"ext-{publisher}-{screen}",
+        publisher_id=f"publisher-{publisher}",
+        api_key=f"key-{publisher}",
+        width=1920,
+        height=1080,
+        audience=2.5,
+        type="billboard",
+    )
+
+
+def test_rounds_interleave_keep_every_run_and_harvest_every_bid_and_deal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rates = {  # per round: healthz, offer request, bid
+    rates = {  # per round: healthz, offer request, bid, accept
         "healthz": [9_000.0, 6_000.0, 7_000.0],
         "offer_request": [3_000.0, 3_300.0, 2_700.0],
         "bid": [2_000.0, 2_600.0, 2_300.0],
+        "accept": [2_500.0, 1_500.0, 2_000.0],
     }
     started: list[str] = []
+    pools: dict[int, set[str]] = {}
 
     def fake_wrk(spec: WrkRun, base_url: str, log_dir: Path) -> WrkResult:
         started.append(spec.name)
         key, number = spec.name.rsplit("-r", 1)
+        if key == "offer_pool":  # harvests "key, offer id, price" lines
+            assert spec.harvest == "offer"
+            assert spec.out is not None
+            offers = {f"offer-{number}-{n}" for n in range(3)}
+            pools[int(number)] = offers
+            spec.out.write_text("".join(f"key-1\t{o}\t12.5\n" for o in sorted(offers)))
+            return wrk(spec.name, 3_000.0)
+        if key == "accept":  # each of this round's pooled offers accepted once
+            assert spec.once
+            accepted = {
+                line.split("\t")[1].rsplit("/", 1)[1] for line in spec.data.read_text().splitlines()
+            }
+            assert accepted == pools[int(number)]
+            assert spec.out is not None
+            spec.out.write_text(f"deal-{number}\n")
         rps = rates[key][int(number) - 1]
-        if spec.harvest:
-            assert spec.harvest == "lurl"
+        if spec.harvest == "lurl":
             assert spec.out is not None
             spec.out.write_text(f"lurl-{number}-a\nlurl-{number}-b\n")
         statuses = {200: int(rps * 10), 503: 1} if key == "bid" else {200: int(rps * 10)}
         return wrk(spec.name, rps, statuses=statuses)
 
+    settled: list[int] = []
     monkeypatch.setattr(throughput, "run_wrk", fake_wrk)
     outcome = Outcome()
     cfg = BenchConfig(rounds=3, wrk_seconds=1.0)
     lurls = tmp_path / "lurls.txt"
-    Throughput(cfg, "http://unused", tmp_path, outcome).rounds(lurls)
+    runner = Throughput(
+        cfg, "http://unused", tmp_path, outcome, settle=lambda: settled.append(len(started))
+    )
+    runner.rounds(lurls, [target(1, 1), target(1, 2), target(2, 1)])
 
-    assert started == [
-        f"{key}-r{n}" for n in (1, 2, 3) for key in ("healthz", "offer_request", "bid")
-    ]
+    order = ("healthz", "offer_request", "bid", "offer_pool", "accept")
+    assert started == [f"{key}-r{n}" for n in (1, 2, 3) for key in order]
+    assert settled == [5, 10]  # between rounds: after each round's accept, not before the first
     assert {key: [r.rps for r in runs] for key, runs in outcome.rounds.items()} == rates
     assert {key: r.rps for key, r in outcome.peak.items()} == {
         "healthz": 7_000.0,
         "offer_request": 3_000.0,
         "bid": 2_300.0,
+        "accept": 2_000.0,
     }
     assert outcome.peak["bid"] is outcome.rounds["bid"][2]
+    assert outcome.peak["accept"] is outcome.rounds["accept"][2]
     assert lurls.read_text().split() == [
         "lurl-1-a",
         "lurl-1-b",
@@ -231,3 +274,28 @@ def test_rounds_interleave_keep_every_run_and_harvest_every_bid(
         "lurl-3-b",
     ]
     assert outcome.seen.server_errors == 3  # one 503 in each round's bid run
+    # the invariants know every round's deals and pooled offers, and a cut-off per accept run
+    assert outcome.seen.deal_ids == {"deal-1", "deal-2", "deal-3"}
+    assert outcome.seen.pool_offer_ids == pools[1] | pools[2] | pools[3]
+    assert outcome.seen.cutoff_allowance == 3 * throughput.PEAK_CONNECTIONS
+
+
+def test_a_round_whose_pool_came_back_empty_counts_as_no_accepts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fake_wrk(spec: WrkRun, base_url: str, log_dir: Path) -> WrkResult:
+        key, number = spec.name.rsplit("-r", 1)
+        assert key != "accept" or number != "2", "round 2 had no offers to accept"
+        if spec.out is not None:
+            pooled = "key-1\toffer-x\t1\n" if key == "offer_pool" and number != "2" else ""
+            spec.out.write_text(pooled)
+        return wrk(spec.name, {"accept": 1_000.0}.get(key, 5_000.0))
+
+    monkeypatch.setattr(throughput, "run_wrk", fake_wrk)
+    outcome = Outcome()
+    Throughput(BenchConfig(rounds=3, wrk_seconds=1.0), "http://unused", tmp_path, outcome).rounds(
+        tmp_path / "lurls.txt", [target(1, 1)]
+    )
+    assert [run.rps for run in outcome.rounds["accept"]] == [1_000.0, 0.0, 1_000.0]
+    assert outcome.peak["accept"].rps == 1_000.0
+    assert any("round 2" in note and "pool is empty" in note for note in outcome.notes)
