@@ -11,13 +11,28 @@ limit a 413 before anything is read, a body that grows past the limit a 413).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
+from litestar.enums import ScopeType
 from litestar.types import Receive, Scope, Send
 
-from bidder.errors import BadRequest, PayloadTooLarge
+from bidder.errors import BadRequest, PayloadTooLarge, RequestTimeout
+
+#: How long a request body may take to arrive, from the first read, unless the settings say
+#: otherwise (BODY_TIMEOUT_SECONDS; docs/decisions.md).
+BODY_TIMEOUT_SECONDS = 10.0
+
+
+def body_timeout(seconds: float) -> RequestTimeout:
+    """The 408 of a body that did not arrive in time. `Connection: close`: the rest of it may
+    still come, and must not be read as the next request."""
+    return RequestTimeout(
+        f"The request body did not arrive within {seconds:g} seconds",
+        headers={"Connection": "close"},
+    )
 
 
 class ClientGone(Exception):
@@ -61,10 +76,12 @@ def encode_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
 class HttpCall:
     """One HTTP request as the hot routes need it: the scope, a header lookup and the body."""
 
-    __slots__ = ("_query", "receive", "scope")
+    __slots__ = ("_query", "body_timeout", "receive", "scope")
 
-    def __init__(self, scope: Scope, receive: Receive) -> None:
-        self.scope, self.receive = scope, receive
+    def __init__(
+        self, scope: Scope, receive: Receive, body_timeout: float = BODY_TIMEOUT_SECONDS
+    ) -> None:
+        self.scope, self.receive, self.body_timeout = scope, receive, body_timeout
         self._query: dict[str, str] | None = None
 
     @property
@@ -92,7 +109,15 @@ class HttpCall:
         return self._query.get(name)
 
     async def body(self, limit: int, too_large: str = "Request body too large") -> bytes:
-        """The whole body, at most `limit` bytes; `too_large` is the 413's message."""
+        """The whole body, at most `limit` bytes; `too_large` is the 413's message.
+
+        Once the bytes a Content-Length announced have arrived, the body is complete: the
+        closing `receive()` that would only say so (granian answers it with an empty last
+        chunk) is not awaited, which saves a round trip to the server's I/O thread on every
+        POST (docs/performance.md). A body still incomplete `body_timeout` seconds after the
+        reading started is a 408: a client that stops sending must not hold the request, and
+        with it the worker's graceful stop, forever."""
+        announced = -1
         declared = self.header(b"content-length")
         if declared is not None:
             try:
@@ -101,6 +126,24 @@ class HttpCall:
                 raise BadRequest("Bad request") from None
             if announced > limit:
                 raise PayloadTooLarge(too_large)
+            if announced == 0:
+                return b""
+        task = asyncio.current_task()
+        if task is None:  # not in a task: no deadline can be set on it
+            return await self._read(limit, too_large, announced)
+        expiry = _BodyExpiry(task)
+        timer = asyncio.get_running_loop().call_later(self.body_timeout, expiry)
+        try:
+            return await self._read(limit, too_large, announced)
+        except asyncio.CancelledError:
+            if not expiry.fired:
+                raise
+            task.uncancel()
+            raise body_timeout(self.body_timeout) from None
+        finally:
+            timer.cancel()
+
+    async def _read(self, limit: int, too_large: str, announced: int) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -112,8 +155,54 @@ class HttpCall:
                     if size > limit:
                         raise PayloadTooLarge(too_large)
                     chunks.append(chunk)
-                if not event.get("more_body", False):
+                if not event.get("more_body", False) or size == announced:
                     break
             elif event["type"] == "http.disconnect":
                 raise ClientGone("client disconnected before the request body arrived")
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class _BodyExpiry:
+    """The body deadline's timer callback: cancels the reading task and says it did, so the
+    reader tells its own deadline from any other cancellation."""
+
+    __slots__ = ("fired", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task, self.fired = task, False
+
+    def __call__(self) -> None:
+        self.fired = True
+        self.task.cancel()
+
+
+#: Methods whose requests Litestar may read a body of.
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def bounded_receive(scope: Scope, receive: Receive, seconds: float) -> Receive:
+    """`receive` for a request Litestar serves: until the body has arrived, each call must
+    end within `seconds` of the first, else it raises the 408 that `HttpCall.body` gives on
+    the hot routes (Litestar renders it in the interface's shape)."""
+    if scope["type"] != ScopeType.HTTP or scope.get("method") not in _BODY_METHODS:
+        return receive
+    deadline: float | None = None
+    complete = False
+
+    async def receiving() -> Any:
+        nonlocal deadline, complete
+        if complete:
+            return await receive()
+        loop = asyncio.get_running_loop()
+        if deadline is None:
+            deadline = loop.time() + seconds
+        try:
+            async with asyncio.timeout_at(deadline):
+                event = await receive()
+        except TimeoutError:
+            raise body_timeout(seconds) from None
+        if event["type"] != "http.request" or not event.get("more_body", False):
+            complete = True
+        return event
+
+    return receiving

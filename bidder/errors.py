@@ -79,6 +79,13 @@ class PayloadTooLarge(ServiceError):
     code = "PAYLOAD_TOO_LARGE"
 
 
+class RequestTimeout(ServiceError):
+    """The request body did not arrive in time (bidder.asgi.BODY_TIMEOUT_SECONDS)."""
+
+    status = 408
+    code = "REQUEST_TIMEOUT"
+
+
 class UriTooLong(ServiceError):
     status = 414
     code = "URI_TOO_LONG"

@@ -25,7 +25,7 @@ from litestar._asgi.utils import is_valid_host
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from bidder.asgi import Answer, HttpCall, encode_headers
+from bidder.asgi import Answer, HttpCall, bounded_receive, encode_headers
 from bidder.core._answers import OFFER_RESPONSE, answer_offer
 from bidder.core._offers import (
     OFFER_BY_EXTERNAL_ID,
@@ -75,6 +75,7 @@ class Front:
     def __init__(self, inner: ASGIApp, rt: Runtime, observer: RequestObserver) -> None:
         self.inner, self.rt, self.observer = inner, rt, observer
         self.deprecation_headers = tuple(encode_headers(deprecation_headers(rt.settings)))
+        self.body_timeout = rt.settings.body_timeout_seconds
         bid = _Route("POST", f"{OPENRTB_PREFIX}/bid", handle_bid)
         # Litestar normalises the alias `.../openrtb-2-6/` to the prefix without the slash.
         alias = _Route("POST", OPENRTB_PREFIX, handle_bid)
@@ -127,6 +128,7 @@ class Front:
         if found is None or not _host_ok(scope):
             if scope.get("method") == "OPTIONS" and scope["path"].startswith(OPENRTB_PREFIX):
                 send = self._deprecated(send)
+            receive = bounded_receive(scope, receive, self.rt.settings.body_timeout_seconds)
             await self.inner(scope, receive, send)
             return
         route, param = found
@@ -135,7 +137,8 @@ class Front:
         start = time.perf_counter()
         status = 500
         try:
-            answer = await self._answer(route, HttpCall(scope, receive), param)
+            call = HttpCall(scope, receive, self.body_timeout)
+            answer = await self._answer(route, call, param)
             status = answer.status
             headers = [*answer.headers, (b"x-request-id", request_id.encode("latin-1"))]
             await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -52,7 +52,9 @@ def runtime_of(request: Request[Any, Any, Any]) -> Runtime:
 
 def call_of(request: Request[Any, Any, Any]) -> HttpCall:
     """The bare view of a Litestar request that the hot routes' functions take."""
-    return HttpCall(request.scope, request.receive)
+    return HttpCall(
+        request.scope, request.receive, runtime_of(request).settings.body_timeout_seconds
+    )
 
 
 _POSTGRES_UNREACHABLE: tuple[type[Exception], ...] = (*UNREACHABLE_ERRORS, asyncpg.InterfaceError)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import ServerUrls
-from tests.e2e.test_two_workers import _free_port, _tail, running
+from tests.e2e.test_two_workers import _tail, free_port, running
 from tests.integration.test_cli import cli_env
 
 HEALTHZ_COUNT = re.compile(
@@ -26,7 +26,7 @@ HEALTHZ_COUNT = re.compile(
 async def test_metrics_sum_every_workers_requests(
     servers: ServerUrls, clean: None, tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     env = cli_env(
         servers,
         PUBLIC_BASE_URL=f"http://127.0.0.1:{port}",

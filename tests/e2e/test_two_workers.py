@@ -30,7 +30,7 @@ BUDGET_CENTS = 25  # exactly 10 plays
 REQUESTS = 400
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -39,7 +39,7 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def _granian(servers: ServerUrls, log: Path) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": servers.database_url,

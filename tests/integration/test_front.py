@@ -5,15 +5,19 @@ of the routes Litestar serves (the same shapes on every path)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
 import pytest
 
 from bidder.app import create_app
+from tests.conftest import ADMIN_TOKEN
 from tests.integration._core_helpers import API, Core, Live, live_app, prepare
 from tests.integration.test_openrtb_bid import BID, ROOT, assert_error, bid_request, queue_kept
 
@@ -158,7 +162,12 @@ class _RawCall:
         headers: list[tuple[bytes, bytes]],
         events: list[Any],
         host: bytes = b"testserver.local",
+        then: str = "disconnect",
+        receive: Callable[[], Awaitable[Any]] | None = None,
     ) -> tuple[int, dict[bytes, bytes], bytes]:
+        """`then`: what `receive` does once `events` are used up: "disconnect" (answer
+        http.disconnect), "wait" (never answer: a client that stopped sending), or "fail"
+        (the test fails: nothing more may be read). `receive` replaces all of that."""
         scope = {
             "type": "http",
             "asgi": {"version": "3.0"},
@@ -177,8 +186,13 @@ class _RawCall:
         pending = list(events)
         status, sent_headers, chunks = 0, {}, []
 
-        async def receive() -> Any:
-            return pending.pop(0) if pending else {"type": "http.disconnect"}
+        async def from_events() -> Any:
+            if pending:
+                return pending.pop(0)
+            if then == "wait":
+                await asyncio.Event().wait()
+            assert then != "fail", "read past the end of the body"
+            return {"type": "http.disconnect"}
 
         async def send(message: Any) -> None:
             nonlocal status, sent_headers
@@ -188,7 +202,7 @@ class _RawCall:
             else:
                 chunks.append(message.get("body", b""))
 
-        await self.app(scope, receive, send)
+        await self.app(scope, receive or from_events, send)
         return status, sent_headers, b"".join(chunks)
 
 
@@ -214,6 +228,94 @@ async def test_body_in_chunks_is_read_whole(core: Core, raw: _RawCall) -> None:
     status, _, answer = await raw("POST", BID, _auth(core), events)
     assert status == 200, answer
     assert json.loads(answer)["id"] == "auction-42"
+
+
+async def test_body_complete_at_its_content_length_is_not_read_further(
+    core: Core, raw: _RawCall
+) -> None:
+    # granian sends the last chunk with more_body=True and an empty closing event after it;
+    # once the announced bytes are in, the body is whole and that event is not waited for.
+    body = json.dumps(bid_request()).encode()
+    events = [
+        {"type": "http.request", "body": body[:100], "more_body": True},
+        {"type": "http.request", "body": body[100:], "more_body": True},
+    ]
+    length = (b"content-length", str(len(body)).encode())
+    status, _, answer = await raw("POST", BID, [*_auth(core), length], events, then="fail")
+    assert status == 200, answer
+    assert json.loads(answer)["id"] == "auction-42"
+
+
+async def test_body_without_a_length_is_read_to_its_last_event(core: Core, raw: _RawCall) -> None:
+    body = json.dumps(bid_request()).encode()
+    events = [
+        {"type": "http.request", "body": body, "more_body": True},
+        {"type": "http.request", "body": b"", "more_body": False},
+    ]
+    status, _, answer = await raw("POST", BID, _auth(core), events, then="fail")
+    assert status == 200, answer
+
+
+@pytest.fixture
+def short_body_timeout(core: Core, monkeypatch: pytest.MonkeyPatch) -> float:
+    seconds = 0.3
+    settings = dataclasses.replace(core.rt.settings, body_timeout_seconds=seconds)
+    monkeypatch.setattr(core.rt, "settings", settings)
+    return seconds
+
+
+@pytest.mark.parametrize("interface", ["openrtb", "core", "admin"])
+async def test_a_body_that_stops_arriving_is_408_in_the_interface_shape(
+    core: Core, raw: _RawCall, short_body_timeout: float, interface: str
+) -> None:
+    partial = [{"type": "http.request", "body": b'{"id": "a', "more_body": True}]
+    method, path, headers = {
+        "openrtb": ("POST", BID, _auth(core)),
+        "core": ("POST", f"{API}/offers/response/{SCREEN}", _auth(core)),
+        "admin": (
+            "PUT",
+            "/admin/v1/inventory",
+            [(b"authorization", f"Bearer {ADMIN_TOKEN}".encode())],
+        ),
+    }[interface]
+    started = time.monotonic()
+    raw_app = _RawCall(create_app(core.rt.settings, runtime=core.rt))
+    status, sent, answer = await asyncio.wait_for(
+        raw_app(method, path, headers, partial, then="wait"), timeout=10
+    )
+    waited = time.monotonic() - started
+    assert status == 408, answer
+    assert short_body_timeout <= waited < short_body_timeout + 2
+    assert sent[b"connection"] == b"close"  # the rest of the body must not be read as a request
+    body = json.loads(answer)
+    if interface == "openrtb":
+        assert body["error"] == "REQUEST_TIMEOUT"
+        assert sent[b"deprecation"] == b"true"
+    else:
+        assert body == {
+            "error": f"The request body did not arrive within {short_body_timeout:g} seconds"
+        }
+
+
+async def test_a_body_that_arrives_in_time_is_not_cut_short(
+    core: Core, short_body_timeout: float
+) -> None:
+    slow = _RawCall(create_app(core.rt.settings, runtime=core.rt))
+    body = json.dumps(bid_request()).encode()
+
+    async def events_over_time() -> Any:
+        for part in (body[:10], body[10:]):
+            await asyncio.sleep(short_body_timeout / 3)
+            yield {"type": "http.request", "body": part, "more_body": True}
+        yield {"type": "http.request", "body": b"", "more_body": False}
+
+    parts = events_over_time()
+
+    async def receive() -> Any:
+        return await anext(parts)
+
+    status, _, answer = await slow("POST", BID, _auth(core), [], receive=receive)
+    assert status == 200, answer
 
 
 async def test_content_length_not_a_number_is_400(core: Core, raw: _RawCall) -> None:
