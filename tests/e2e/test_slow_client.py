@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -126,5 +127,5 @@ async def test_slow_body_is_408_and_does_not_hold_the_stop(
         assert "refused to gracefully stop" not in log.read_text(errors="replace")
     finally:
         if server.poll() is None:
-            server.kill()
+            os.killpg(server.pid, signal.SIGKILL)  # the session this test started, workers too
             server.wait(5)
