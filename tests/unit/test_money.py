@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from matching.money import (
+    MAX_MIN_BID_CENTS,
     MICROS_PER_CENT,
     MoneyError,
     cents_to_micros,
@@ -216,8 +217,24 @@ def test_the_openrtb_minimum_bid_is_never_below_the_floor(
 def test_the_openrtb_minimum_bid_is_the_ceiling_of_the_exact_product(
     floor: Decimal, audience: Decimal
 ) -> None:
+    # Past MAX_MIN_BID_CENTS (1e12 cents, above any price a campaign can pay) it is that cap.
     exact = Fraction(floor) * Fraction(audience) / 10
-    assert openrtb_min_bid_micros(floor, audience) == math.ceil(exact) * MICROS_PER_CENT
+    expected = min(math.ceil(exact), MAX_MIN_BID_CENTS)
+    assert openrtb_min_bid_micros(floor, audience) == expected * MICROS_PER_CENT
+
+
+def test_the_openrtb_minimum_bid_at_the_cap_is_the_cap() -> None:
+    # hypothesis found it: 999999.998... EUR CPM x 10000000.0198... / 10 = 1e12 cents and a bit
+    floor, audience = (
+        Decimal("999999.998020000000019799900028520244"),
+        Decimal("10000000.019800000039006002"),
+    )
+    assert math.ceil(Fraction(floor) * Fraction(audience) / 10) == MAX_MIN_BID_CENTS + 1
+    assert openrtb_min_bid_micros(floor, audience) == MAX_MIN_BID_CENTS * MICROS_PER_CENT
+    just_under = Decimal(MAX_MIN_BID_CENTS - 1) * 10  # x 1 / 10: one cent under the cap
+    assert (
+        openrtb_min_bid_micros(just_under, Decimal(1)) == (MAX_MIN_BID_CENTS - 1) * MICROS_PER_CENT
+    )
 
 
 @pytest.mark.parametrize(
