@@ -72,9 +72,12 @@ class Advertiser(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class BillingCode(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The billing code of an (advertiser, publisher) pair. `code: null` in an import removes
+    the pair's code (answers then carry `billing_code: null`); an export lists only codes."""
+
     advertiser_id: str
     publisher_id: str
-    code: str
+    code: str | None
 
 
 class Screen(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -382,7 +385,7 @@ def _validate_billing_codes(
                 "a billing code for this advertiser and publisher appears twice",
             )
         pairs.add((code.advertiser_id, code.publisher_id))
-        if not code.code.strip():
+        if code.code is not None and not code.code.strip():
             check.add("billing_codes", i, None, "code", "must not be empty")
 
 

@@ -307,7 +307,11 @@ def build_snapshot(
         screens=screens,
         screens_by_external_id=by_external,
         campaigns=campaigns,
-        billing_codes={(b.advertiser_id, b.publisher_id): b.code for b in doc.billing_codes},
+        billing_codes={
+            (b.advertiser_id, b.publisher_id): b.code
+            for b in doc.billing_codes
+            if b.code is not None
+        },
         api_keys=api_keys or {},
         candidates=candidates,
         candidates_by_screen={k: tuple(v) for k, v in by_screen.items()},

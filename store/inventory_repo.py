@@ -206,6 +206,8 @@ async def import_document(
             for kind in _ORDER:
                 items: Sequence[Any] = getattr(doc, kind)
                 counts[kind] = len(items)
+                if kind == "billing_codes":
+                    items = await _remove_billing_codes(conn, doc.billing_codes)
                 if items:
                     await _upsert(conn, kind, items, progress)
             await bump_version(conn)
@@ -224,6 +226,21 @@ async def import_document(
             ]
         ) from None
     return counts
+
+
+async def _remove_billing_codes(conn: Conn, codes: list[BillingCode]) -> list[BillingCode]:
+    """Delete the pairs whose `code` is null; the pairs to upsert."""
+    removed = [c for c in codes if c.code is None]
+    if removed:
+        await conn.execute(
+            """
+            DELETE FROM billing_codes b USING unnest($1::uuid[], $2::uuid[]) AS r(adv, pub)
+            WHERE b.advertiser_id = r.adv AND b.publisher_id = r.pub
+            """,
+            [uuid.UUID(c.advertiser_id) for c in removed],
+            [uuid.UUID(c.publisher_id) for c in removed],
+        )
+    return [c for c in codes if c.code is not None]
 
 
 async def _upsert(conn: Conn, kind: str, items: Sequence[Any], progress: Progress | None) -> None:

@@ -213,6 +213,27 @@ async def test_put_is_idempotent_and_upserts(app_client: Client) -> None:
     assert parsed(exported.content) == as_sent(changed)
 
 
+async def test_a_billing_code_of_null_removes_the_pairs_code(app_client: Client) -> None:
+    doc = full_document()
+    assert (await put_doc(app_client, doc)).status_code == 200
+    pair = {k: doc["billing_codes"][0][k] for k in ("advertiser_id", "publisher_id")}
+    removed = await put_doc(app_client, {"billing_codes": [{**pair, "code": None}]})
+    assert removed.status_code == 200, removed.text
+    exported = parsed((await app_client.get("/admin/v1/inventory", headers=ADMIN)).content)
+    assert exported["billing_codes"] == []
+    assert exported == as_sent({**doc, "billing_codes": []})
+    # Removing it again is no error (the import is idempotent); setting it again works.
+    assert (
+        await put_doc(app_client, {"billing_codes": [{**pair, "code": None}]})
+    ).status_code == 200
+    again = await put_doc(app_client, {"billing_codes": [{**pair, "code": "BILL-AGAIN"}]})
+    assert again.status_code == 200, again.text
+    exported = parsed((await app_client.get("/admin/v1/inventory", headers=ADMIN)).content)
+    assert exported["billing_codes"] == [{**pair, "code": "BILL-AGAIN"}]
+    empty = await put_doc(app_client, {"billing_codes": [{**pair, "code": " "}]})
+    assert empty.status_code == 400  # an empty code is still refused: null removes
+
+
 async def test_an_invalid_document_lists_every_problem_and_applies_nothing(
     app_client: Client,
 ) -> None:

@@ -133,6 +133,17 @@ async def test_billing_code_is_the_current_one_or_null(core: Core) -> None:
     )
     assert mall.status_code == 200, mall.text
     assert mall.json()["billing_code"] is None
+    # Removed (`code: null` in an import): answers carry null from then on.
+    doc.billing_codes[0].code = None
+    await seed(core.database_url, doc)
+    await core.reload()
+    removed = await core.offer(SCREEN_MOVING)
+    assert removed.json()["billing_code"] is None
+    answered = await core.respond(
+        changed.json()["offer_id"], {"action": "accept", "accepted_price_cents": 2.5}
+    )
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["billing_code"] is None
 
 
 # -- the error table: authentication --------------------------------------------------------
