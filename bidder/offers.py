@@ -69,10 +69,11 @@ async def make_offer(
             outcome.campaign, outcome.price_micros, screen.id, now, expires_at, fields
         )
         if not isinstance(result, Refused):
+            # The next request's tie-break ("the larger share of its budget left") sees this
+            # reservation at once, not after the next refresh (up to a second later).
+            rt.note_reserved(outcome.campaign.id, result.budget)
             return MadeOffer(result.offer_id, outcome, expires_at)
-        # Only a refusal updates the local view: it says "does not fit now", which stays true
-        # until the next refresh. Successful reservations finish out of order, and an older
-        # figure folded in late could make the worker skip a campaign that still has budget.
+        # A refusal says "does not fit now", which stays true until the next refresh.
         rt.note_budget(outcome.campaign.id, result.budget)
         excluded.add(outcome.campaign.id)
     # Several campaigns ran dry between two budget refreshes: answer as if none were eligible.

@@ -273,6 +273,15 @@ class Runtime:
             budget.total, budget.reserved, budget.spent, daily_reserved, daily_spent
         )
 
+    def note_reserved(self, campaign_id: str, budget: Budget) -> None:
+        """Fold a reservation's answer into the local budget view, when it shows more of the
+        budget in use than the view does. Reservations finish out of order: an older answer
+        arriving late must not undo a newer one (a release shows at the next refresh)."""
+        seen = self.budgets.get(campaign_id)
+        if seen is not None and budget.reserved + budget.spent <= seen.reserved + seen.spent:
+            return
+        self.note_budget(campaign_id, budget)
+
     async def _sweep_loop(self) -> None:
         while await self.sleep(self.settings.sweep_interval_seconds):
             try:

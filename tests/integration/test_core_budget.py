@@ -19,7 +19,7 @@ from matching.snapshot import build_snapshot
 from store.hot import budget_key
 from store.inventory_repo import bump_version, export_document, load_api_keys
 from tests.conftest import ServerUrls, make_settings
-from tests.factories import CAMPAIGN, SCREEN_MOVING, basic_document, campaign
+from tests.factories import CAMPAIGN, SCREEN_MOVING, basic_document, campaign, creative, uid
 from tests.integration._core_helpers import (
     API,
     NOT_FOUND_OFFER,
@@ -40,6 +40,27 @@ async def live(settings: Settings, clean: None) -> AsyncIterator[Live]:
 async def _budget(core: Core) -> tuple[int, int]:
     budget = (await core.rt.hot.read_budgets(datetime.now(UTC)))[CAMPAIGN]
     return budget.reserved, budget.spent
+
+
+async def test_ties_go_to_the_larger_share_left_from_the_very_next_request(live: Live) -> None:
+    # Two campaigns at the same price and budget: each offer reserves from one, so the next
+    # request must go to the other (decisions 3), without waiting for a budget refresh.
+    twin = uid(9, 4)
+    doc = basic_document(
+        campaigns=[campaign(), campaign(id=twin, name="Twin")],
+        creatives=[creative(), creative(id=uid(9, 5), campaign_id=twin)],
+    )
+    core = await prepare(live, doc)
+    winners = []
+    for _ in range(6):
+        offer = await core.offer(SCREEN_MOVING)
+        assert offer.status_code == 200, offer.text
+        record = await core.rt.hot.offer(offer.json()["offer_id"])
+        assert record is not None
+        winners.append(record["campaign"])
+    assert winners[0::2] == [winners[0]] * 3
+    assert winners[1::2] == [winners[1]] * 3
+    assert {winners[0], winners[1]} == {CAMPAIGN, twin}
 
 
 async def test_concurrent_offer_requests_never_over_reserve(live: Live) -> None:
