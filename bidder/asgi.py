@@ -69,6 +69,13 @@ def json_answer(
     return Answer(status, encoded, body)
 
 
+def is_json(content_type: str | None) -> bool:
+    """Whether a Content-Type names JSON (`application/json`, any parameters, any case)."""
+    if content_type is None:
+        return False
+    return content_type.split(";", 1)[0].strip().lower() == "application/json"
+
+
 def encode_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
 

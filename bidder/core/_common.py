@@ -17,7 +17,7 @@ import msgspec
 from litestar import MediaType, Request, Response
 from redis.exceptions import RedisError
 
-from bidder.asgi import Answer, HttpCall, json_answer
+from bidder.asgi import Answer, HttpCall, is_json, json_answer
 from bidder.auth import authenticate
 from bidder.errors import UNREADABLE_JSON, BadRequest, Unavailable
 from bidder.runtime import Runtime, utcnow
@@ -106,11 +106,6 @@ def query_flag(call: HttpCall, name: str) -> bool:
     return value
 
 
-def _is_json(content_type: str) -> bool:
-    media_type = content_type.split(";", 1)[0].strip().lower()
-    return media_type == "application/json"
-
-
 async def json_object(request: Request[Any, Any, Any], *, optional: bool = False) -> dict[str, Any]:
     """`read_json_object` of a Litestar request."""
     return await read_json_object(call_of(request), optional=optional)
@@ -124,7 +119,7 @@ async def read_json_object(call: HttpCall, *, optional: bool = False) -> dict[st
     body = await call.body(MAX_BODY_BYTES, _TOO_LARGE)
     if optional and not body.strip():
         return {}
-    if not _is_json(call.header(b"content-type") or ""):
+    if not is_json(call.header(b"content-type")):
         raise BadRequest("Content-Type must be application/json")
     try:
         decoded = _decoder.decode(body)

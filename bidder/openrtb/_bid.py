@@ -11,8 +11,9 @@ from datetime import datetime
 
 from redis.exceptions import RedisError
 
-from bidder.asgi import Answer, HttpCall
+from bidder.asgi import Answer, HttpCall, is_json
 from bidder.auth import authenticate
+from bidder.errors import BadRequest
 from bidder.offers import MadeOffer, make_offer
 from bidder.openrtb._loss import loss_url
 from bidder.openrtb._request import BidAsk, parse_bid_request, request_id_of
@@ -53,6 +54,8 @@ async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answ
         now,
         code="INVALID_API_KEY",
     )
+    if not is_json(call.header(b"content-type")):
+        raise BadRequest("Content-Type must be application/json", code="INVALID_REQUEST")
     ask = parse_bid_request(body)
     screen = snapshot.screens_by_external_id.get((key.publisher_id, ask.tagid))
     if screen is None:

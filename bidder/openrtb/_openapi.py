@@ -27,8 +27,9 @@ Exactly one impression, fixed price (`at` = 3), a video object (no banner), an e
 (`video.w` x `video.h`, no scaling), at least one PMP deal and an audience quantity.
 
 Validation runs in this order and the first failing rule answers 400 with its code:
-1. `INVALID_REQUEST`: the body is not JSON, not a BidRequest object, `id` is missing, or a
-   container (`imp`, `video`, `pmp`, `qty`, `ext`) has the wrong JSON type;
+1. `INVALID_REQUEST`: the Content-Type is not `application/json`, the body is not JSON (invalid
+   UTF-8 anywhere included), not a BidRequest object, `id` is missing, or a container (`imp`,
+   `video`, `pmp`, `qty`, `ext`) has the wrong JSON type;
 2. `MULTI_IMP_NOT_SUPPORTED`: not exactly one impression (zero included), `details.imp_count`;
    then `imp[0].id` missing is `INVALID_REQUEST`;
 3. `NOT_FIXED_PRICE`: `at` is not 3, or `imp[0].pmp.deals[0].at` is absent or not 3;

@@ -161,6 +161,13 @@ def _decode_with_big_integers(body: bytes) -> BidRequestView:
 
 def parse_bid_request(body: bytes) -> BidAsk:
     """Decode and validate a BidRequest; raise BadRequest with the first failing rule's code."""
+    if not body.isascii():
+        # msgspec checks the UTF-8 of the strings it reads, not of those it skips (fields the
+        # service does not use): invalid UTF-8 anywhere is malformed JSON (RFC 8259 8.1).
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
     try:
         request = _decoder.decode(body)
     except msgspec.ValidationError as exc:

@@ -75,7 +75,11 @@ async def test_hot_routes_are_counted_under_their_route(core: Core) -> None:
     await core.offer(SCREEN)  # 404: no such screen
     await _bid(core, json.dumps(bid_request()).encode())
     await _bid(core, json.dumps(bid_request()).encode(), Authorization="Bearer nope")
-    await core.client.post(ROOT, content=json.dumps(bid_request()).encode(), headers={**core.auth})
+    await core.client.post(
+        ROOT,
+        content=json.dumps(bid_request()).encode(),
+        headers={**core.auth, "Content-Type": "application/json"},
+    )
     text = (await core.client.get("/metrics")).text
     offers = f"{API}/offers/request/{{screen_id}}"
     for line in (

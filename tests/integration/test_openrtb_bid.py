@@ -460,6 +460,35 @@ async def test_malformed_json_is_invalid_request(live: Live) -> None:
     assert_error(response, 400, "INVALID_REQUEST")
 
 
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "application/x-www-form-urlencoded", "application/jsonx"],
+)
+async def test_a_body_not_sent_as_json_is_invalid_request(
+    live: Live, content_type: str | None
+) -> None:
+    # The contract's headers for the bid: `Content-Type: application/json` (as the Core API).
+    headers = await seeded(live)
+    sent = {**headers} if content_type is None else {**headers, "Content-Type": content_type}
+    content = json.dumps(bid_request()).encode()
+    response = await live.client.post(BID, content=content, headers=sent)
+    body = assert_error(response, 400, "INVALID_REQUEST")
+    assert "Content-Type" in body["message"]
+    charset = {**headers, "Content-Type": "Application/JSON; charset=utf-8"}
+    assert (await live.client.post(BID, content=content, headers=charset)).status_code == 200
+
+
+async def test_invalid_utf8_in_a_field_the_service_does_not_read_is_invalid_request(
+    live: Live,
+) -> None:
+    headers = await seeded(live)
+    document = {**bid_request(), "site": {"name": "@@"}}
+    body = json.dumps(document).encode().replace(b"@@", b"\xff")  # a lone byte: not UTF-8
+    # A valid body with the same shape bids: only the byte makes it malformed.
+    assert (await post_bid(live, headers, body.replace(b"\xff", b"ok"))).status_code == 200
+    assert_error(await post_bid(live, headers, body), 400, "INVALID_REQUEST")
+
+
 # -- numbers and nesting no decoder or price can be asked to handle ---------------------------
 
 
