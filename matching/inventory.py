@@ -171,7 +171,7 @@ class Problem(msgspec.Struct, kw_only=True):
 _INT4_MAX = 2**31 - 1
 #: Widths and heights in pixels: positive, and what an `integer` column holds.
 MAX_PIXELS = _INT4_MAX
-_PIXELS = f"width and height must be positive pixels, at most {MAX_PIXELS}"
+_PIXELS = f"must be positive pixels, at most {MAX_PIXELS}"
 #: A screen's audience per play is stored as NUMERIC(14, 4): below 10 billion, 4 decimals.
 MAX_AUDIENCE_PER_PLAY = Decimal(10) ** 10
 
@@ -389,14 +389,22 @@ def _validate_billing_codes(
             check.add("billing_codes", i, None, "code", "must not be empty")
 
 
+def _check_pixels(
+    check: _Checker, kind: str, index: int, item_id: str, width: int, height: int
+) -> None:
+    """Width and height, each its own problem (a bad height was listed under `width`)."""
+    for field, value in (("width", width), ("height", height)):
+        if not 0 < value <= MAX_PIXELS:
+            check.add(kind, index, item_id, field, _PIXELS)
+
+
 def _validate_screens(check: _Checker, screens: list[Screen], publishers: set[str]) -> None:
     _check_ids(check, "screens", [s.id for s in screens])
     external: set[tuple[str, str]] = set()
     for i, scr in enumerate(screens):
         if scr.publisher_id not in publishers:
             check.add("screens", i, scr.id, "publisher_id", "names no known publisher")
-        if not (0 < scr.width <= MAX_PIXELS and 0 < scr.height <= MAX_PIXELS):
-            check.add("screens", i, scr.id, "width", _PIXELS)
+        _check_pixels(check, "screens", i, scr.id, scr.width, scr.height)
         audience = scr.audience_per_play
         if not audience.is_finite() or not 0 < audience < MAX_AUDIENCE_PER_PLAY:
             check.add(
@@ -508,8 +516,7 @@ def _validate_creatives(check: _Checker, creatives: list[Creative], campaigns: s
                 "url",
                 "has an unknown file extension; known: " + ", ".join(sorted(MIME_BY_EXTENSION)),
             )
-        if not (0 < cre.width <= MAX_PIXELS and 0 < cre.height <= MAX_PIXELS):
-            check.add("creatives", i, cre.id, "width", _PIXELS)
+        _check_pixels(check, "creatives", i, cre.id, cre.width, cre.height)
         if not 0 < cre.duration_seconds <= MAX_DURATION_SECONDS:
             check.add(
                 "creatives",

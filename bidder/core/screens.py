@@ -113,6 +113,8 @@ def _convert(body: dict[str, Any], into: type[S]) -> S | Response[bytes]:
         converted = msgspec.convert(settable, into)
     except msgspec.ValidationError as exc:
         problems = refused + _type_problems(settable, into)
+        if into is ScreenRegistration:
+            problems += _values_beside_type_problems(settable, {p.field for p in problems})
         return _rejected(problems or [FieldProblem(field="", message=str(exc))])
     if not refused:
         return converted
@@ -129,6 +131,24 @@ def _type_problems(body: dict[str, Any], into: type[msgspec.Struct]) -> list[Fie
         )
         for field, message in type_problems(body, into)
     ]
+
+
+#: Stand-ins for the fields of a registration that are missing or of the wrong type, so that
+#: the fields given right can be judged by the value rules too (none of these breaks a rule).
+_STAND_INS: dict[str, Any] = {"name": "-", "type": "moving", "width": 1, "height": 1}
+
+
+def _values_beside_type_problems(body: dict[str, Any], bad: set[str]) -> list[FieldProblem]:
+    """The value rules' problems of the fields of `body` that are not in `bad` (unknown,
+    missing or of the wrong type), so one answer lists both kinds (an external review sent
+    `width: -1` beside a type error and saw only the type error)."""
+    given = {k: v for k, v in body.items() if k not in bad}
+    stand_ins = {k: v for k, v in _STAND_INS.items() if k not in given}
+    try:
+        registration = msgspec.convert({**given, **stand_ins}, ScreenRegistration)
+    except msgspec.ValidationError:  # not expected: every field left is of its type
+        return []
+    return [p for p in _value_problems(registration, "") if p.field in given]
 
 
 def _value_problems(registration: ScreenRegistration, publisher_id: str) -> list[FieldProblem]:

@@ -279,6 +279,27 @@ async def test_wrong_types_missing_and_unknown_fields_are_all_listed(metro: Publ
 
 
 @pytest.mark.parametrize(
+    ("body", "fields"),
+    [
+        # A type error beside values that break a rule: only the type error was listed.
+        (
+            {**NEW_SCREEN, "width": "wide", "height": -1, "timezone": "Atlantis/Capital"},
+            {"width", "height", "timezone"},
+        ),
+        ({"type": "moving", "width": 10, "height": 10, "lat": 91}, {"name", "lat"}),
+        ({**NEW_SCREEN, "colour": "blue", "audience_per_play": 0}, {"colour", "audience_per_play"}),
+    ],
+)
+async def test_type_and_value_problems_are_listed_together(
+    metro: Publisher, body: dict[str, Any], fields: set[str]
+) -> None:
+    response = await metro.call("POST", body=body)
+    assert response.status_code == 400
+    assert {p["field"] for p in response.json()["problems"]} == fields
+    assert len((await metro.call("GET")).json()["screens"]) == 3  # nothing was registered
+
+
+@pytest.mark.parametrize(
     ("extra", "fields"),
     [
         # Each was answered with only its own message ({error}, no `problems`).

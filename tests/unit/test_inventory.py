@@ -150,7 +150,7 @@ CASES: list[tuple[str, Callable[[], InventoryDocument], set[Where]]] = [
     (
         "screen height negative",
         lambda: basic_document(screens=[screen(height=-1)]),
-        {("screens", 0, "width")},
+        {("screens", 0, "height")},  # under its own field, not `width`
     ),
     (
         "audience zero",
@@ -375,7 +375,7 @@ CASES: list[tuple[str, Callable[[], InventoryDocument], set[Where]]] = [
     (
         "creative height of 2**31 pixels",
         lambda: basic_document(creatives=[creative(height=2**31)]),
-        {("creatives", 0, "width")},
+        {("creatives", 0, "height")},
     ),
     (
         "plays cap of 2**70",
