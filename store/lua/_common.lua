@@ -37,11 +37,24 @@ local function day_key_for(offer, today_key, yesterday_key, today, yesterday)
   return nil
 end
 
+-- An offer that ended without a play (rejected, expired, lost) gives its count back to the
+-- frequency cap of its clock hour, while that hour lasts: the cap limits plays, and an open or
+-- accepted offer still counts as one. The hash lives in the offer's shard (same hash slot).
+local function release_play(offer, status, now_ms)
+  if offer['freq_key'] == nil or status == 'accepted' or status == 'billed' then return end
+  if tonumber(offer['freq_hour']) ~= math.floor(tonumber(now_ms) / 3600000) then return end
+  local field = offer['campaign'] .. ':' .. offer['screen']
+  if num(redis.call('HGET', offer['freq_key'], field)) > 0 then
+    redis.call('HINCRBY', offer['freq_key'], field, -1)
+  end
+end
+
 -- Release an open offer's reservation and mark it with a final status. Returns the campaign's
 -- budget triple after the change.
 local function settle(budget_key, day_key, offer_key, offer, status, spend, now_ms)
   local cid = offer['campaign']
   local price = tonumber(offer['price'])
+  release_play(offer, status, now_ms)
   redis.call('HINCRBY', budget_key, cid .. ':r', -price)
   if spend > 0 then redis.call('HINCRBY', budget_key, cid .. ':s', spend) end
   if day_key then

@@ -63,6 +63,23 @@ async def test_ties_go_to_the_larger_share_left_from_the_very_next_request(live:
     assert {winners[0], winners[1]} == {CAMPAIGN, twin}
 
 
+async def test_a_rejected_offer_does_not_use_up_a_play_of_the_cap(live: Live) -> None:
+    # max_plays_per_screen_per_hour 1 (decisions 2): a rejection is no play, an accept is.
+    core = await prepare(
+        live, basic_document(campaigns=[campaign(max_plays_per_screen_per_hour=1)])
+    )
+    first = await core.offer(SCREEN_MOVING)
+    assert first.status_code == 200, first.text
+    assert (await core.offer(SCREEN_MOVING)).status_code == 404  # the play is held by the offer
+    rejected = await core.respond(first.json()["offer_id"], {"action": "reject"})
+    assert rejected.status_code == 200, rejected.text
+    again = await core.offer(SCREEN_MOVING)
+    assert again.status_code == 200, again.text
+    accept = {"action": "accept", "accepted_price_cents": 2.5}
+    assert (await core.respond(again.json()["offer_id"], accept)).status_code == 200
+    assert (await core.offer(SCREEN_MOVING)).status_code == 404  # played: the hour's cap is met
+
+
 async def test_concurrent_offer_requests_never_over_reserve(live: Live) -> None:
     # 25 cents buy exactly 10 plays of 2.5 cents; 120 concurrent requests may reserve only those.
     core = await prepare(live, basic_document(campaigns=[campaign(budget_cents=Decimal(25))]))

@@ -263,3 +263,85 @@ async def test_totals_follow_the_inventory_version_whatever_order_they_reach_red
         == 0
     )
     assert await total() == 30_000_000
+
+
+async def test_an_offer_that_ends_without_a_play_gives_its_frequency_count_back(
+    redis_client: Redis,
+) -> None:
+    """The cap limits plays per screen and clock hour: an open or accepted (or billed) offer
+    counts, one rejected, expired or lost gives its count back within the hour, so the cap is
+    never exceeded and a rejection does not use a play up."""
+    doc = basic_document(campaigns=[campaign(max_plays_per_screen_per_hour=1)])
+    snap = build_snapshot(doc)
+    hot = HotState(redis_client)
+    await hot.sync_inventory(
+        {c.id: (c.shard, c.budget_micros) for c in snap.campaigns.values()}, snap.billing_codes
+    )
+    camp = snap.campaigns[CAMPAIGN]
+    # the middle of a clock hour, so that expiring a minute later stays within it
+    now = datetime.now(UTC).replace(minute=30, second=0, microsecond=0)
+
+    async def offer(channel: str) -> Reserved | Refused:
+        fields = {"channel": channel, "publisher": PUB, "creative": "c"}
+        return await hot.reserve(
+            camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(seconds=30), fields
+        )
+
+    async def count() -> int:
+        hour = freq_key(camp.shard, now.strftime("%Y%m%d%H"))
+        return int(await redis_client.hget(hour, f"{CAMPAIGN}:{SCREEN_MOVING}") or 0)
+
+    first = await offer("core")
+    assert isinstance(first, Reserved)
+    assert isinstance(await offer("core"), Refused)  # the one play of the hour is taken
+    assert isinstance(await hot.respond(first.offer_id, PUB, "reject", now, {}), Answered)
+    assert await count() == 0
+
+    second = await offer("core")  # expired unanswered: given back
+    assert isinstance(second, Reserved)
+    assert await hot.expire_due(now + timedelta(minutes=1)) == {"core": 1}
+    assert await count() == 0
+
+    bid = await offer("openrtb")  # lost: given back
+    assert isinstance(bid, Reserved)
+    assert (await hot.loss(bid.offer_id, now, {}))[0] == "first"
+    assert await count() == 0
+
+    billed = await offer("openrtb")  # played: kept, and a loss after billing changes nothing
+    assert isinstance(billed, Reserved)
+    assert await hot.track(billed.offer_id, "impression", now, {}, {}) == "billed"
+    assert (await hot.loss(billed.offer_id, now, {}))[0] == "first"
+    assert await count() == 1
+    assert isinstance(await offer("core"), Refused)
+
+
+async def test_an_accepted_offer_keeps_its_play_and_a_past_hour_is_left_alone(
+    redis_client: Redis,
+) -> None:
+    doc = basic_document(campaigns=[campaign(max_plays_per_screen_per_hour=2)])
+    snap = build_snapshot(doc)
+    hot = HotState(redis_client)
+    await hot.sync_inventory(
+        {c.id: (c.shard, c.budget_micros) for c in snap.campaigns.values()}, snap.billing_codes
+    )
+    camp = snap.campaigns[CAMPAIGN]
+    now = datetime.now(UTC).replace(minute=59, second=50, microsecond=0)
+    fields = {"channel": "core", "publisher": PUB, "creative": "c"}
+    made = [
+        await hot.reserve(camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), fields)
+        for _ in range(2)
+    ]
+    assert all(isinstance(m, Reserved) for m in made)
+    accepted, late = (m.offer_id for m in made if isinstance(m, Reserved))
+    hour = freq_key(camp.shard, now.strftime("%Y%m%d%H"))
+    field = f"{CAMPAIGN}:{SCREEN_MOVING}"
+    assert isinstance(
+        await hot.respond(accepted, PUB, "accept", now, {}, accepted_micros=2_500_000), Answered
+    )
+    # Rejected in the next clock hour: the past hour's count is not touched (its cap is over)
+    # and the new hour's is not lowered below what it counted.
+    next_hour = now + timedelta(seconds=20)
+    assert isinstance(await hot.respond(late, PUB, "reject", next_hour, {}), Answered)
+    assert int(await redis_client.hget(hour, field) or 0) == 2
+    following = freq_key(camp.shard, next_hour.strftime("%Y%m%d%H"))
+    assert await redis_client.hget(following, field) is None
