@@ -41,12 +41,14 @@ _NBR_REASONS = frozenset({"resolution_mismatch"})
 
 async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answer:
     settings = rt.settings
-    body = await call.body(MAX_BID_BYTES)
     snapshot = rt.snapshot
     if snapshot is None:  # starting up: keys and screens are not known yet
+        body = await call.body(MAX_BID_BYTES)
         rt.metrics.count_no_bid("technical")
         return no_bid(settings, request_id_of(body), NBR_TECHNICAL)
     now = utcnow()
+    # The key before the body: a bad key is a 401 at once, also while its body is still on
+    # its way (or never comes: it waited for the 408).
     key = authenticate(
         call.header(b"authorization"),
         snapshot,
@@ -54,6 +56,7 @@ async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answ
         now,
         code="INVALID_API_KEY",
     )
+    body = await call.body(MAX_BID_BYTES)
     if not is_json(call.header(b"content-type")):
         raise BadRequest("Content-Type must be application/json", code="INVALID_REQUEST")
     ask = parse_bid_request(body)

@@ -301,6 +301,18 @@ async def test_a_body_that_stops_arriving_is_408_in_the_interface_shape(
         }
 
 
+async def test_a_bid_with_a_bad_key_is_401_without_waiting_for_its_body(
+    core: Core, raw: _RawCall
+) -> None:
+    headers = [(b"authorization", b"Bearer nope"), (b"content-type", b"application/json")]
+    status, sent, answer = await asyncio.wait_for(
+        raw("POST", BID, headers, [], then="fail"), timeout=5
+    )
+    assert status == 401, answer
+    assert json.loads(answer)["error"] == "INVALID_API_KEY"
+    assert sent[b"deprecation"] == b"true"
+
+
 async def test_a_body_that_arrives_in_time_is_not_cut_short(
     core: Core, short_body_timeout: float
 ) -> None:
