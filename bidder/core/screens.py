@@ -103,10 +103,11 @@ def _not_settable(body: dict[str, Any], into: type[msgspec.Struct]) -> list[Fiel
     return problems
 
 
-def _convert(body: dict[str, Any], into: type[S]) -> S | Response[bytes]:
-    """`body` as `into`, or the 400 naming every field of the wrong type, missing or unknown
-    (msgspec stops at the first; the README promises every problem). Fields the caller may not
-    set get a message of their own."""
+def _convert(body: dict[str, Any], into: type[S]) -> S | list[FieldProblem]:
+    """`body` as `into`, or every field of the wrong type, missing or unknown (msgspec stops at
+    the first; the README promises every problem). Fields the caller may not set get a message
+    of their own. A registration's other fields are judged by the value rules too; an update's
+    are judged against the stored screen by the caller (`_update_value_problems`)."""
     refused = _not_settable(body, into)
     settable = {k: v for k, v in body.items() if k not in {p.field for p in refused}}
     try:
@@ -115,12 +116,12 @@ def _convert(body: dict[str, Any], into: type[S]) -> S | Response[bytes]:
         problems = refused + _type_problems(settable, into)
         if into is ScreenRegistration:
             problems += _values_beside_type_problems(settable, {p.field for p in problems})
-        return _rejected(problems or [FieldProblem(field="", message=str(exc))])
+        return problems or [FieldProblem(field="", message=str(exc))]
     if not refused:
         return converted
     if isinstance(converted, ScreenRegistration):  # its values can be judged on their own
         refused += _value_problems(converted, "")
-    return _rejected(refused)
+    return refused
 
 
 def _type_problems(body: dict[str, Any], into: type[msgspec.Struct]) -> list[FieldProblem]:
@@ -149,6 +150,24 @@ def _values_beside_type_problems(body: dict[str, Any], bad: set[str]) -> list[Fi
     except msgspec.ValidationError:  # not expected: every field left is of its type
         return []
     return [p for p in _value_problems(registration, "") if p.field in given]
+
+
+def _update_value_problems(
+    stored: Screen, body: dict[str, Any], bad: set[str]
+) -> list[FieldProblem]:
+    """The value rules' problems of the fields of an update `body` not in `bad`, applied to the
+    stored screen: listed beside the type problems, as a registration's are."""
+    given = {k: v for k, v in body.items() if k not in bad}
+    try:
+        update = msgspec.convert(given, ScreenUpdate)
+    except msgspec.ValidationError:  # not expected: every field left is of its type
+        return []
+    changes = {k: v for k, v in msgspec.structs.asdict(update).items() if v is not UNSET}
+    screen = msgspec.structs.replace(stored, **changes)
+    problems = validate_document(
+        InventoryDocument(screens=[screen]), known_publishers={stored.publisher_id}
+    )
+    return [p for p in _field_problems(problems) if p.field in given]
 
 
 def _value_problems(registration: ScreenRegistration, publisher_id: str) -> list[FieldProblem]:
@@ -243,8 +262,8 @@ async def list_own_screens(request: Request[Any, Any, Any]) -> Response[bytes]:
 async def register_screen(request: Request[Any, Any, Any]) -> Response[bytes]:
     caller = authorize(request)
     body = _convert(await json_object(request), ScreenRegistration)
-    if isinstance(body, Response):
-        return body
+    if isinstance(body, list):
+        return _rejected(body)
     fields = msgspec.structs.asdict(body)
     screen_id = fields.pop("id") or str(uuid.uuid4())
     try:
@@ -280,12 +299,18 @@ async def update_screen(
 ) -> Response[bytes]:
     caller = authorize(request)
     screen_id = _screen_id(screen_id)
-    update = _convert(await json_object(request), ScreenUpdate)
-    if isinstance(update, Response):
-        return update
-    changes = {k: v for k, v in msgspec.structs.asdict(update).items() if v is not UNSET}
+    body = await json_object(request)
+    update = _convert(body, ScreenUpdate)
     async with postgres(request) as conn, conn.transaction():
         await _lock(conn, screen_id)
+        if isinstance(update, list):
+            # 400 before 404, as everywhere: what to fix is said first; the stored screen's
+            # rules only for the key's own screen.
+            stored = await fetch_screen(conn, screen_id, caller.publisher_id)
+            if stored is not None:
+                update += _update_value_problems(stored, body, {p.field for p in update})
+            return _rejected(update)
+        changes = {k: v for k, v in msgspec.structs.asdict(update).items() if v is not UNSET}
         screen = msgspec.structs.replace(await _owned(conn, caller, screen_id), **changes)
         rejected = await _save(conn, screen)
         if rejected:

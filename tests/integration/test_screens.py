@@ -299,6 +299,26 @@ async def test_type_and_value_problems_are_listed_together(
     assert len((await metro.call("GET")).json()["screens"]) == 3  # nothing was registered
 
 
+async def test_an_update_lists_type_and_value_problems_together(
+    metro: Publisher, mall: Publisher
+) -> None:
+    before = (await metro.call("GET", f"/{SCREEN_MOVING}")).json()
+    body = {"name": 5, "height": -2, "timezone": "Bad/Zone", "lat": 91}
+    response = await metro.call("PATCH", f"/{SCREEN_MOVING}", body)
+    assert response.status_code == 400
+    assert {p["field"] for p in response.json()["problems"]} == {
+        "name",
+        "height",
+        "timezone",
+        "lat",
+    }
+    assert (await metro.call("GET", f"/{SCREEN_MOVING}")).json() == before  # nothing changed
+    # Another publisher's screen: the body's own problems (400 first), none of the screen's.
+    other = await mall.call("PATCH", f"/{SCREEN_MOVING}", body)
+    assert other.status_code == 400
+    assert {p["field"] for p in other.json()["problems"]} == {"name"}
+
+
 @pytest.mark.parametrize(
     ("extra", "fields"),
     [
