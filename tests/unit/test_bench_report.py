@@ -77,9 +77,16 @@ def test_markdown_has_the_table_ratios_and_verdicts() -> None:
     assert text.startswith("# Bench run 2025-01-02 unit")
     assert "| POST OpenRTB bid | 4,900 | 0.49 |" in text
     assert "| GET /healthz (ceiling) | 10,000 | 1.00 |" in text
-    assert "| bid throughput | >= 0.50 of the ceiling | 0.49 | NOT met |" in text
+    assert "| bid throughput | >= 0.50 of the ceiling | 0.490 | NOT met |" in text
     assert "![latency and throughput per endpoint](chart.png)" in text
     assert "| no 5xx anywhere | ok | 0 answers 5xx |" in text
+
+
+def test_a_ratio_just_under_its_target_does_not_read_as_met() -> None:
+    report = sample()
+    report.peak["accept"] = wrk("accept", 3_967)  # 0.3967 of the 10,000 ceiling
+    text = render_markdown(report)
+    assert "| accept throughput | >= 0.40 of the ceiling | 0.397 | NOT met |" in text
 
 
 def test_write_report_makes_markdown_and_png(tmp_path: Path) -> None:
