@@ -71,7 +71,7 @@ async def make_offer(
         if not isinstance(result, Refused):
             # The next request's tie-break ("the larger share of its budget left") sees this
             # reservation at once, not after the next refresh (up to a second later).
-            rt.note_reserved(outcome.campaign.id, result.budget)
+            rt.note_budget(outcome.campaign.id, result.budget)
             return MadeOffer(result.offer_id, outcome, expires_at)
         # A refusal says "does not fit now", which stays true until the next refresh.
         rt.note_budget(outcome.campaign.id, result.budget)

@@ -65,6 +65,10 @@ class Runtime:
         self.pool: asyncpg.Pool | None = None
         self.snapshot: Snapshot | None = None
         self.budgets: dict[str, Budget] = {}
+        # Answers folded into `budgets` so far, and the count at each campaign's last one: a
+        # refresh read leaves a campaign alone when an answer for it came in during the read.
+        self._notes = 0
+        self._noted: dict[str, int] = {}
         self.started_at = time.monotonic()
         self.last_postgres_error: str | None = None
         self._logged_failure: str | None = None  # the reload failure the log last reported
@@ -251,10 +255,16 @@ class Runtime:
         next_clock_sync = time.monotonic() + _CLOCK_SYNC_SECONDS
         while await self.sleep(_BUDGET_REFRESH_SECONDS / SHARDS):
             with contextlib.suppress(RedisError, OSError):
+                mark = self._notes
                 fresh = await self.hot.read_budgets(utcnow(), (shard,))
                 for gone in seen[shard].difference(fresh):  # no longer in Redis: unknown
                     self.budgets.pop(gone, None)
-                self.budgets.update(fresh)
+                # A script's answer folded in while this read was on its way may be newer than
+                # the read (another connection): that campaign stays as the answer said.
+                noted = self._noted
+                self.budgets.update(
+                    (cid, budget) for cid, budget in fresh.items() if noted.get(cid, -1) < mark
+                )
                 seen[shard] = set(fresh)
             shard = (shard + 1) % SHARDS
             if time.monotonic() >= next_clock_sync:  # the answer scripts' deadlines use it
@@ -263,24 +273,19 @@ class Runtime:
                     await self.fast.sync_clock()
 
     def note_budget(self, campaign_id: str, budget: Budget | None) -> None:
-        """Fold a script's answer into the local budget view (today's figures kept as seen)."""
+        """Fold a script's answer into the local budget view (today's figures kept as seen).
+        The hot scripts' answers come back in the order Redis ran them (one pipelined
+        connection, `fast`), so the last answer folded in is the newest."""
         if budget is None:
             return
+        self._notes += 1
+        self._noted[campaign_id] = self._notes
         seen = self.budgets.get(campaign_id)
         daily_reserved = seen.daily_reserved if seen else 0
         daily_spent = seen.daily_spent if seen else 0
         self.budgets[campaign_id] = Budget(
             budget.total, budget.reserved, budget.spent, daily_reserved, daily_spent
         )
-
-    def note_reserved(self, campaign_id: str, budget: Budget) -> None:
-        """Fold a reservation's answer into the local budget view, when it shows more of the
-        budget in use than the view does. Reservations finish out of order: an older answer
-        arriving late must not undo a newer one (a release shows at the next refresh)."""
-        seen = self.budgets.get(campaign_id)
-        if seen is not None and budget.reserved + budget.spent <= seen.reserved + seen.spent:
-            return
-        self.note_budget(campaign_id, budget)
 
     async def _sweep_loop(self) -> None:
         while await self.sleep(self.settings.sweep_interval_seconds):

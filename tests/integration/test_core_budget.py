@@ -10,11 +10,14 @@ import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import asyncpg
 import pytest
 
+from bidder import runtime as runtime_module
 from bidder.settings import Settings
+from matching.engine import Budget
 from matching.snapshot import build_snapshot
 from store.hot import budget_key
 from store.inventory_repo import bump_version, export_document, load_api_keys
@@ -42,9 +45,15 @@ async def _budget(core: Core) -> tuple[int, int]:
     return budget.reserved, budget.spent
 
 
-async def test_ties_go_to_the_larger_share_left_from_the_very_next_request(live: Live) -> None:
+@pytest.mark.parametrize("refresh_seconds", [1.0, 0.0])
+async def test_ties_go_to_the_larger_share_left_from_the_very_next_request(
+    live: Live, monkeypatch: pytest.MonkeyPatch, refresh_seconds: float
+) -> None:
     # Two campaigns at the same price and budget: each offer reserves from one, so the next
-    # request must go to the other (decisions 3), without waiting for a budget refresh.
+    # request must go to the other (decisions 3), without waiting for a budget refresh; and a
+    # refresh read in flight meanwhile (all the time, at 0 s) must not bring the older figures
+    # back (a second reading saw the same campaign win again that way).
+    monkeypatch.setattr(runtime_module, "_BUDGET_REFRESH_SECONDS", refresh_seconds)
     twin = uid(9, 4)
     doc = basic_document(
         campaigns=[campaign(), campaign(id=twin, name="Twin")],
@@ -52,15 +61,38 @@ async def test_ties_go_to_the_larger_share_left_from_the_very_next_request(live:
     )
     core = await prepare(live, doc)
     winners = []
-    for _ in range(6):
+    for _ in range(12):
         offer = await core.offer(SCREEN_MOVING)
         assert offer.status_code == 200, offer.text
         record = await core.rt.hot.offer(offer.json()["offer_id"])
         assert record is not None
         winners.append(record["campaign"])
-    assert winners[0::2] == [winners[0]] * 3
-    assert winners[1::2] == [winners[1]] * 3
+    assert winners[0::2] == [winners[0]] * 6
+    assert winners[1::2] == [winners[1]] * 6
     assert {winners[0], winners[1]} == {CAMPAIGN, twin}
+
+
+async def test_a_refresh_read_in_flight_does_not_undo_a_newer_answer(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = await prepare(live)
+    stale = (await core.rt.hot.read_budgets(datetime.now(UTC)))[CAMPAIGN]  # before any offer
+    started, land = asyncio.Event(), asyncio.Event()
+
+    async def slow_read(now: datetime, shards: Any = ()) -> dict[str, Budget]:
+        started.set()
+        await land.wait()
+        return {CAMPAIGN: stale}  # read before the offer below, arriving after its answer
+
+    monkeypatch.setattr(core.rt.hot, "read_budgets", slow_read)
+    await asyncio.wait_for(started.wait(), 5)  # the refresh loop's read is on its way
+    offer = await core.offer(SCREEN_MOVING)
+    assert offer.status_code == 200, offer.text
+    assert core.rt.budgets[CAMPAIGN].reserved == stale.reserved + PLAY_PRICE_MICROS
+    land.set()
+    started.clear()
+    await asyncio.wait_for(started.wait(), 5)  # the stale read has been applied by now
+    assert core.rt.budgets[CAMPAIGN].reserved == stale.reserved + PLAY_PRICE_MICROS
 
 
 async def test_a_rejected_offer_does_not_use_up_a_play_of_the_cap(live: Live) -> None:
