@@ -369,8 +369,8 @@ def _bid_operation(operation_id: str) -> dict[str, Any]:
             "400": _error("Validation error; `error` is the first failing rule's code."),
             "401": _error("`INVALID_API_KEY`: Authorization missing or invalid."),
             "408": _error(
-                "`REQUEST_TIMEOUT`: the body did not arrive within BODY_TIMEOUT_SECONDS "
-                "(default 10) of its first byte being read; the connection is closed."
+                "`REQUEST_TIMEOUT`: nothing more of the body arrived for BODY_TIMEOUT_SECONDS "
+                "(default 10); the connection is closed."
             ),
             "413": _error("Body too large."),
             "500": _error("`INTERNAL_ERROR`: an unexpected failure; nothing was reserved."),
@@ -433,7 +433,8 @@ def _loss_operation(operation_id: str, method: str) -> dict[str, Any]:
     }
     if method == "POST":
         operation["responses"]["408"] = _error(
-            "`REQUEST_TIMEOUT`: the body did not arrive within BODY_TIMEOUT_SECONDS (default 10)."
+            "`REQUEST_TIMEOUT`: nothing more of the body arrived for BODY_TIMEOUT_SECONDS "
+            "(default 10)."
         )
         operation["requestBody"] = {
             "required": False,
