@@ -87,6 +87,12 @@ def billing_codes_key(shard: int) -> str:
     return f"{tag(shard)}:bc"
 
 
+def _this_hours_freq_key(shard: int, now: datetime) -> str:
+    """The frequency hash of `now`'s clock hour: where an offer ending without a play gives
+    its count back (release_play in _common.lua), the last KEY of the settling scripts."""
+    return freq_key(shard, _hour_of(now.astimezone(UTC)))
+
+
 def _offer_keys(shard: int, offer_id: str, today: str, yesterday: str) -> list[str]:
     """KEYS 1-6 of every script that settles an offer (respond, expire, loss, track)."""
     return [
@@ -391,6 +397,7 @@ class HotState:
             *_offer_keys(shard, offer_id, today, yesterday),
             billing_codes_key(shard),
             deal_key(shard, deal_id or offer_id),
+            _this_hours_freq_key(shard, now),
         ]
         await self._connected()
         args: list[Arg] = [
@@ -429,9 +436,10 @@ class HotState:
             if not due:
                 continue
             calls = []
+            hour_key = _this_hours_freq_key(shard, now)
             for raw in due:
                 offer_id = _text(raw)
-                keys = _offer_keys(shard, offer_id, today, yesterday)
+                keys = [*_offer_keys(shard, offer_id, today, yesterday), hour_key]
                 args: list[Arg] = [offer_id, now_ms, today, yesterday, self.retention_ms]
                 calls.append(self._expire(keys, args))
             for result in await asyncio.gather(*calls):
@@ -448,7 +456,7 @@ class HotState:
         if shard is None:
             return "unknown", 0
         today, yesterday = _day_pair(now)
-        keys = _offer_keys(shard, offer_id, today, yesterday)
+        keys = [*_offer_keys(shard, offer_id, today, yesterday), _this_hours_freq_key(shard, now)]
         await self._connected()
         args: list[Arg] = [
             epoch_ms(now),
@@ -480,7 +488,11 @@ class HotState:
         if shard is None:
             return "unknown"
         today, yesterday = _day_pair(now)
-        keys = [*_offer_keys(shard, offer_id, today, yesterday), billing_codes_key(shard)]
+        keys = [
+            *_offer_keys(shard, offer_id, today, yesterday),
+            billing_codes_key(shard),
+            _this_hours_freq_key(shard, now),
+        ]
         await self._connected()
         args: list[Arg] = [
             epoch_ms(now),

@@ -39,22 +39,23 @@ end
 
 -- An offer that ended without a play (rejected, expired, lost) gives its count back to the
 -- frequency cap of its clock hour, while that hour lasts: the cap limits plays, and an open or
--- accepted offer still counts as one. The hash lives in the offer's shard (same hash slot).
-local function release_play(offer, status, now_ms)
-  if offer['freq_key'] == nil or status == 'accepted' or status == 'billed' then return end
+-- accepted offer still counts as one. `freq_key` is the shard's hash of the current hour, so
+-- it is the offer's own when the hours match (a past hour's cap is over: left alone).
+local function release_play(freq_key, offer, status, now_ms)
+  if offer['freq_hour'] == nil or status == 'accepted' or status == 'billed' then return end
   if tonumber(offer['freq_hour']) ~= math.floor(tonumber(now_ms) / 3600000) then return end
   local field = offer['campaign'] .. ':' .. offer['screen']
-  if num(redis.call('HGET', offer['freq_key'], field)) > 0 then
-    redis.call('HINCRBY', offer['freq_key'], field, -1)
+  if num(redis.call('HGET', freq_key, field)) > 0 then
+    redis.call('HINCRBY', freq_key, field, -1)
   end
 end
 
 -- Release an open offer's reservation and mark it with a final status. Returns the campaign's
 -- budget triple after the change.
-local function settle(budget_key, day_key, offer_key, offer, status, spend, now_ms)
+local function settle(budget_key, day_key, offer_key, offer, status, spend, now_ms, freq_key)
   local cid = offer['campaign']
   local price = tonumber(offer['price'])
-  release_play(offer, status, now_ms)
+  release_play(freq_key, offer, status, now_ms)
   redis.call('HINCRBY', budget_key, cid .. ':r', -price)
   if spend > 0 then redis.call('HINCRBY', budget_key, cid .. ':s', spend) end
   if day_key then
@@ -75,8 +76,9 @@ end
 
 -- Expire an open offer now: release its reservation, take it off the expiry set, record the
 -- outcome. The sweeper's way, and an answer's when the offer can no longer be honoured.
-local function expire_now(budget_key, day_key, offer_key, offer, queue_key, expiry_key, now)
-  settle(budget_key, day_key, offer_key, offer, 'expired', 0, now)
+local function expire_now(budget_key, day_key, offer_key, offer, queue_key, expiry_key, now,
+                          freq_key)
+  settle(budget_key, day_key, offer_key, offer, 'expired', 0, now, freq_key)
   redis.call('ZREM', expiry_key, offer['offer_id'])
   enqueue(queue_key, 'offer_expired', offer, '{}', {})
 end

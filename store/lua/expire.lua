@@ -1,7 +1,7 @@
 -- Expire one offer whose time is up: release its reservation, record the outcome. Safe to run
 -- from any number of workers at once: only an offer still open is settled, once.
 -- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
---       5 record queue, 6 expiry zset
+--       5 record queue, 6 expiry zset, 7 this hour's frequency hash
 -- ARGV: 1 offer id, 2 now_ms, 3 today, 4 yesterday, 5 offer key ttl ms after resolution
 -- Returns the offer's channel ('core' | 'openrtb') when this call expired it, '' otherwise.
 local offer_flat = redis.call('HGETALL', KEYS[1])
@@ -17,6 +17,6 @@ if offer['status'] ~= 'open' then
 end
 if tonumber(offer['expires_ms']) > now then return '' end
 expire_now(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[3], ARGV[4]), KEYS[1], offer,
-           KEYS[5], KEYS[6], now)
+           KEYS[5], KEYS[6], now, KEYS[7])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))
 return offer['channel'] or ''

@@ -3,7 +3,7 @@
 -- notice after billing is recorded and changes nothing.
 -- Retries only increment the counter.
 -- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
---       5 record queue, 6 expiry zset
+--       5 record queue, 6 expiry zset, 7 this hour's frequency hash
 -- ARGV: 1 now_ms, 2 today, 3 yesterday, 4 notice payload (JSON), 5 offer key ttl ms,
 --       6 deadline (epoch ms, 0: none; see too_late)
 -- Returns {status, count}: status 'first' | 'retry' | 'unknown' | 'late'.
@@ -22,7 +22,7 @@ if offer['status'] == 'open' then
   -- sweeper got to it first or this notice did.
   local final = tonumber(offer['expires_ms']) > now and 'lost' or 'expired'
   settle(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[2], ARGV[3]), KEYS[1], offer,
-         final, 0, now)
+         final, 0, now, KEYS[7])
   redis.call('ZREM', KEYS[6], offer['offer_id'])
 end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))

@@ -36,10 +36,11 @@ end
 if cap >= 0 and redis.call('HINCRBY', KEYS[3], freq_field, 1) == 1 then
   redis.call('PEXPIRE', KEYS[3], 7200000)
 end
-redis.call('HSET', KEYS[4], 'status', 'open', unpack(ARGV, 11))
-if cap >= 0 then  -- where to give the play back if the offer ends without one (see settle)
-  redis.call('HSET', KEYS[4], 'freq_key', KEYS[3], 'freq_hour',
-             math.floor(tonumber(ARGV[6]) / 3600000))
+if cap >= 0 then  -- the clock hour whose cap counts it (see release_play)
+  redis.call('HSET', KEYS[4], 'status', 'open',
+             'freq_hour', math.floor(tonumber(ARGV[6]) / 3600000), unpack(ARGV, 11))
+else
+  redis.call('HSET', KEYS[4], 'status', 'open', unpack(ARGV, 11))
 end
 redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[8]))
 redis.call('ZADD', KEYS[5], tonumber(ARGV[7]), ARGV[9])
