@@ -160,7 +160,7 @@ class Throughput:
         base_url: str,
         data: Path,
         outcome: Outcome,
-        settle: Callable[[], None] = lambda: None,
+        between_rounds: Callable[[], None] = lambda: None,
     ) -> None:
         self.cfg = cfg
         self.base_url = base_url
@@ -168,7 +168,7 @@ class Throughput:
         self.outcome = outcome
         # Called between rounds: a round's accepts leave records for the writer, which would
         # otherwise be written during the next round's /healthz (`quiesce` in the bench).
-        self.settle = settle
+        self.between_rounds = between_rounds
 
     def run(self, spec: WrkRun) -> WrkResult:
         log(f"wrk {spec.name}: {spec.seconds:g} s, {spec.connections} connections")
@@ -213,7 +213,7 @@ class Throughput:
         harvested = []
         for number in range(1, self.cfg.rounds + 1):
             if number > 1:
-                self.settle()
+                self.between_rounds()
             log(f"round {number} of {self.cfg.rounds}")
             round_lurls = files / f"lurls-r{number}.txt"
             for key, script, data, harvest in (
@@ -576,7 +576,11 @@ def full_inventory(
     try:
         if not cfg.skip_wrk:
             runner = Throughput(
-                cfg, worker.base_url, data, outcome, settle=lambda: quiesce(seeded.redis_url)
+                cfg,
+                worker.base_url,
+                data,
+                outcome,
+                between_rounds=lambda: quiesce(seeded.redis_url),
             )
             quiesce(seeded.redis_url)
             runner.peaks(targets)

@@ -21,10 +21,6 @@ from litestar.types import Receive, Scope, Send
 
 from bidder.errors import BadRequest, PayloadTooLarge, RequestTimeout
 
-#: How long the next part of a request body may take to arrive, unless the settings say
-#: otherwise (BODY_TIMEOUT_SECONDS; docs/decisions.md).
-BODY_TIMEOUT_SECONDS = 10.0
-
 
 def body_timeout(seconds: float) -> RequestTimeout:
     """The 408 of a body that stopped arriving. `Connection: close`: the rest of it may still
@@ -85,9 +81,9 @@ class HttpCall:
 
     __slots__ = ("_query", "body_timeout", "receive", "scope")
 
-    def __init__(
-        self, scope: Scope, receive: Receive, body_timeout: float = BODY_TIMEOUT_SECONDS
-    ) -> None:
+    def __init__(self, scope: Scope, receive: Receive, body_timeout: float) -> None:
+        """`body_timeout`: how long the next part of the body may take (the setting
+        BODY_TIMEOUT_SECONDS)."""
         self.scope, self.receive, self.body_timeout = scope, receive, body_timeout
         self._query: dict[str, str] | None = None
 

@@ -128,7 +128,7 @@ class Front:
         if found is None or not _host_ok(scope):
             if scope.get("method") == "OPTIONS" and scope["path"].startswith(OPENRTB_PREFIX):
                 send = self._deprecated(send)
-            receive = bounded_receive(scope, receive, self.rt.settings.body_timeout_seconds)
+            receive = bounded_receive(scope, receive, self.body_timeout)
             await self.inner(scope, receive, send)
             return
         route, param = found

@@ -19,6 +19,11 @@ _MIN_SECRET_LEN = 16
 DEFAULT_TRACKING_PATH = "/functions/v1/track"
 
 
+#: How long the next part of a request body may take to arrive before the request gets 408
+#: (docs/decisions.md, "A body that stops arriving").
+BODY_TIMEOUT_SECONDS = 10.0
+
+
 class SettingsError(ValueError):
     """The environment does not describe a runnable service; `problems` lists every reason."""
 
@@ -45,7 +50,7 @@ class Settings:
     record_writer: bool = True
     record_batch_size: int = 500
     redis_timeout_seconds: float = 0.25
-    body_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
     log_level: str = "INFO"
     migration_guide_url: str = ""
     documentation_url: str = ""
@@ -196,7 +201,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         record_writer=writer_raw in ("1", "true"),
         record_batch_size=_positive_int(env, "RECORD_BATCH_SIZE", 500, problems),
         redis_timeout_seconds=_positive_float(env, "REDIS_TIMEOUT_SECONDS", 0.25, problems),
-        body_timeout_seconds=_positive_float(env, "BODY_TIMEOUT_SECONDS", 10.0, problems),
+        body_timeout_seconds=_positive_float(
+            env, "BODY_TIMEOUT_SECONDS", BODY_TIMEOUT_SECONDS, problems
+        ),
         log_level=log_level,
         migration_guide_url=env.get(
             "MIGRATION_GUIDE_URL", f"{public_base_url}/docs/migration-openrtb-to-core"

@@ -9,6 +9,7 @@ publisher's screen answers 404, exactly like a screen that does not exist.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from litestar.params import FromPath
 from msgspec import UNSET, UnsetType
 
 from bidder.core._common import CORE_PREFIX, Caller, authorize, json_object, json_response
-from bidder.errors import BadRequest, NotFound, ServiceError
+from bidder.errors import BadRequest, NotFound, ServiceError, Unavailable
 from bidder.field_problems import UNKNOWN_FIELD, type_problems
 from bidder.web import postgres
 from matching.inventory import InventoryDocument, Problem, Screen, ScreenType, validate_document
@@ -114,9 +115,11 @@ def _convert(body: dict[str, Any], into: type[S]) -> S | list[FieldProblem]:
         converted = msgspec.convert(settable, into)
     except msgspec.ValidationError as exc:
         problems = refused + _type_problems(settable, into)
+        if not problems:  # msgspec's own word, when no field alone is at fault
+            problems = [FieldProblem(field="", message=str(exc))]
         if into is ScreenRegistration:
             problems += _values_beside_type_problems(settable, {p.field for p in problems})
-        return problems or [FieldProblem(field="", message=str(exc))]
+        return problems
     if not refused:
         return converted
     if isinstance(converted, ScreenRegistration):  # its values can be judged on their own
@@ -164,10 +167,7 @@ def _update_value_problems(
         return []
     changes = {k: v for k, v in msgspec.structs.asdict(update).items() if v is not UNSET}
     screen = msgspec.structs.replace(stored, **changes)
-    problems = validate_document(
-        InventoryDocument(screens=[screen]), known_publishers={stored.publisher_id}
-    )
-    return [p for p in _field_problems(problems) if p.field in given]
+    return [p for p in _screen_problems(screen) if p.field in given]
 
 
 def _value_problems(registration: ScreenRegistration, publisher_id: str) -> list[FieldProblem]:
@@ -176,10 +176,15 @@ def _value_problems(registration: ScreenRegistration, publisher_id: str) -> list
     given = fields["id"]
     screen_id = str(uuid.uuid4()) if given is None else given  # none given: one is made
     screen = Screen(**{**fields, "id": screen_id}, publisher_id=publisher_id)
-    problems = validate_document(
-        InventoryDocument(screens=[screen]), known_publishers={publisher_id}
+    return [p for p in _screen_problems(screen) if p.field != "publisher_id"]
+
+
+def _screen_problems(screen: Screen) -> list[FieldProblem]:
+    """What the inventory rules find in one screen, by field, before any lookup."""
+    found = validate_document(
+        InventoryDocument(screens=[screen]), known_publishers={screen.publisher_id}
     )
-    return _field_problems([p for p in problems if p.field != "publisher_id"])
+    return _field_problems(found)
 
 
 def _screen_id(value: str) -> str:
@@ -301,15 +306,17 @@ async def update_screen(
     screen_id = _screen_id(screen_id)
     body = await json_object(request)
     update = _convert(body, ScreenUpdate)
-    async with postgres(request) as conn, conn.transaction():
-        await _lock(conn, screen_id)
-        if isinstance(update, list):
-            # 400 before 404, as everywhere: what to fix is said first; the stored screen's
-            # rules only for the key's own screen.
-            stored = await fetch_screen(conn, screen_id, caller.publisher_id)
+    if isinstance(update, list):
+        # 400 before 404, as everywhere: what to fix is said first. The other fields are
+        # judged with the stored screen, the key's own only, when Postgres can tell.
+        with contextlib.suppress(Unavailable):
+            async with postgres(request) as conn:
+                stored = await fetch_screen(conn, screen_id, caller.publisher_id)
             if stored is not None:
                 update += _update_value_problems(stored, body, {p.field for p in update})
-            return _rejected(update)
+        return _rejected(update)
+    async with postgres(request) as conn, conn.transaction():
+        await _lock(conn, screen_id)
         changes = {k: v for k, v in msgspec.structs.asdict(update).items() if v is not UNSET}
         screen = msgspec.structs.replace(await _owned(conn, caller, screen_id), **changes)
         rejected = await _save(conn, screen)

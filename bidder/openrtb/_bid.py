@@ -58,7 +58,7 @@ async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answ
     )
     body = await call.body(MAX_BID_BYTES)
     if not is_json(call.header(b"content-type")):
-        raise BadRequest("Content-Type must be application/json", code="INVALID_REQUEST")
+        raise BadRequest("Content-Type must be application/json")
     ask = parse_bid_request(body)
     screen = snapshot.screens_by_external_id.get((key.publisher_id, ask.tagid))
     if screen is None:

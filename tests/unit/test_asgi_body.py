@@ -15,7 +15,7 @@ from bidder.errors import RequestTimeout
 TIMEOUT = 0.2
 
 
-def _scope(method: str = "POST", length: int | None = None) -> dict[str, Any]:
+def _scope(method: str = "POST", length: int | None = None) -> Any:
     headers = [] if length is None else [(b"content-length", str(length).encode())]
     return {"type": "http", "method": method, "path": "/x", "headers": headers}
 
@@ -24,7 +24,7 @@ def _trickle(parts: list[bytes], gap: float) -> Any:
     """A receive that answers each part after `gap` seconds, the last one closing the body."""
     pending = list(parts)
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Any:
         await asyncio.sleep(gap)
         part = pending.pop(0)
         return {"type": "http.request", "body": part, "more_body": bool(pending)}
@@ -32,7 +32,7 @@ def _trickle(parts: list[bytes], gap: float) -> Any:
     return receive
 
 
-async def _never() -> dict[str, Any]:
+async def _never() -> Any:
     await asyncio.Event().wait()
     raise AssertionError("unreachable")
 
@@ -42,7 +42,7 @@ async def test_a_body_whose_parts_keep_coming_is_read_whatever_it_takes_in_all()
     call = HttpCall(_scope(), _trickle(parts, TIMEOUT * 0.6), body_timeout=TIMEOUT)
     assert await call.body(1000) == b'{"a": 1}'  # 1.8 x the deadline in all
     receive = bounded_receive(_scope(), _trickle(parts, TIMEOUT * 0.6), TIMEOUT)
-    events = [await receive() for _ in parts]
+    events: list[Any] = [await receive() for _ in parts]
     assert b"".join(e["body"] for e in events) == b'{"a": 1}'
 
 
@@ -61,7 +61,7 @@ async def test_a_body_that_stops_arriving_is_408_on_both_paths() -> None:
 async def test_a_cancellation_from_outside_at_the_deadline_is_not_turned_into_a_408() -> None:
     loop = asyncio.get_running_loop()
 
-    async def blocking_then_never() -> dict[str, Any]:
+    async def blocking_then_never() -> Any:
         time.sleep(TIMEOUT * 1.5)  # noqa: ASYNC251 - both timers below fall due meanwhile
         return await _never()
 

@@ -249,7 +249,7 @@ def test_rounds_interleave_keep_every_run_and_harvest_every_bid_and_deal(
     cfg = BenchConfig(rounds=3, wrk_seconds=1.0)
     lurls = tmp_path / "lurls.txt"
     runner = Throughput(
-        cfg, "http://unused", tmp_path, outcome, settle=lambda: settled.append(len(started))
+        cfg, "http://unused", tmp_path, outcome, between_rounds=lambda: settled.append(len(started))
     )
     runner.rounds(lurls, [target(1, 1), target(1, 2), target(2, 1)])
 
