@@ -41,6 +41,19 @@ _POSTGRES_PROBE_WAIT_SECONDS = 0.5
 #: The probe's own bound on each step (a free connection, the query, its release), so a lost
 #: connection ends it well before the pool's 60 s `command_timeout` and a fresh probe can start.
 _POSTGRES_PROBE_TIMEOUT_SECONDS = 5.0
+#: How long `stop` waits for the cancelled background loops: a loop that does not end (a
+#: cancellation swallowed somewhere below it) must not hold the worker's shutdown until
+#: granian kills it, 30 s later, with the pool and the clients never closed.
+_STOP_TASKS_SECONDS = 5.0
+
+
+def _where(task: asyncio.Task[None]) -> tuple[str, str]:
+    """The loop `task` runs and file:line where it is suspended (for the log)."""
+    frames = task.get_stack()
+    if not frames:
+        return task.get_name(), "?"
+    inner = frames[-1]
+    return frames[0].f_code.co_qualname, f"{inner.f_code.co_filename}:{inner.f_lineno}"
 
 
 def utcnow() -> datetime:
@@ -100,9 +113,17 @@ class Runtime:
         self._stopping.set()
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=_STOP_TASKS_SECONDS)
+            for task in self._tasks:
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved: a loop's last error is not news at shutdown
+            for task in pending:
+                name, where = _where(task)
+                log.warning(
+                    "background task did not stop; shutting down without it",
+                    extra={"task": name, "at": where},
+                )
         probe = self._postgres_probe
         if probe is not None:
             probe.cancel()  # not awaited here: on a frozen server its cancellation waits too

@@ -1,0 +1,66 @@
+"""A worker's shutdown ends in bounded time even when a background loop does not end when it is
+cancelled (granian kills a worker whose shutdown takes 30 s, before its pool and clients are
+closed), and the log names the loop and where it was stuck."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from bidder import runtime as runtime_module
+from bidder.runtime import Runtime
+from bidder.settings import Settings
+
+
+async def test_a_loop_that_ignores_its_cancellation_does_not_hold_the_stop(
+    settings: Settings,
+    clean: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(runtime_module, "_STOP_TASKS_SECONDS", 0.3)
+    release = asyncio.Event()
+
+    async def stubborn_loop(_: Runtime) -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if release.is_set():
+                    raise
+                # swallowed, as a client library that turns a cancellation into an error
+                # a retrying loop catches would
+
+    rt = Runtime(settings)
+    rt.extra_loops.append(stubborn_loop)
+    await rt.start()
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="bidder.runtime"):
+        await asyncio.wait_for(rt.stop(), 10)
+    assert time.monotonic() - started < 3
+    warned = [r for r in caplog.records if r.getMessage().startswith("background task did not")]
+    assert len(warned) == 1
+    assert "stubborn_loop" in warned[0].__dict__["task"]
+    assert "test_runtime_stop.py" in warned[0].__dict__["at"]
+    release.set()  # let it end now, so the test's loop closes cleanly
+    stuck = [t for t in rt._tasks if not t.done()]
+    for task in stuck:
+        task.cancel()
+    await asyncio.wait(stuck, timeout=5)
+    assert all(t.done() for t in stuck)
+
+
+async def test_loops_that_end_when_cancelled_stop_at_once(
+    settings: Settings, clean: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = Runtime(settings)
+    await rt.start()
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="bidder.runtime"):
+        await rt.stop()
+    assert time.monotonic() - started < 2
+    assert not [r for r in caplog.records if "did not stop" in r.getMessage()]
+    assert all(t.done() for t in rt._tasks)
