@@ -45,6 +45,8 @@ _POSTGRES_PROBE_TIMEOUT_SECONDS = 5.0
 #: cancellation swallowed somewhere below it) must not hold the worker's shutdown until
 #: granian kills it, 30 s later, with the pool and the clients never closed.
 _STOP_TASKS_SECONDS = 5.0
+#: How long `stop` waits for the pool's connections to be released before it closes them.
+_POOL_CLOSE_SECONDS = 5.0
 
 
 def _where(task: asyncio.Task[None]) -> tuple[str, str]:
@@ -110,32 +112,53 @@ class Runtime:
             self._spawn(loop(self))
 
     async def stop(self) -> None:
+        """End the background loops, then close the pool and the clients; each step bounded,
+        so a stuck one cannot hold the worker's shutdown until granian kills it."""
         self._stopping.set()
-        for task in self._tasks:
-            task.cancel()
-        if self._tasks:
-            _, pending = await asyncio.wait(self._tasks, timeout=_STOP_TASKS_SECONDS)
-            for task in self._tasks:
-                if task.done() and not task.cancelled():
-                    task.exception()  # retrieved: a loop's last error is not news at shutdown
-            for task in pending:
-                name, where = _where(task)
-                log.warning(
-                    "background task did not stop; shutting down without it",
-                    extra={"task": name, "at": where},
-                )
+        await self._stop_tasks()
         probe = self._postgres_probe
         if probe is not None:
             probe.cancel()  # not awaited here: on a frozen server its cancellation waits too
-        if self.pool is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.pool.close(), 5)
+        await self._close_pool()
         if probe is not None:  # closing the pool ended its connection, so it ends now
             await asyncio.wait({probe}, timeout=1)
-        with contextlib.suppress(Exception):
-            await self.fast.aclose()
-        with contextlib.suppress(Exception):
-            await self.redis.aclose()
+        for name, closing in (("hot-path Redis", self.fast.aclose), ("Redis", self.redis.aclose)):
+            try:
+                await asyncio.wait_for(closing(), 2)
+            except TimeoutError:
+                log.warning("client did not close in 2 s; leaving it", extra={"client": name})
+            except Exception:  # noqa: S110 - shutting down: a failing close changes nothing
+                pass
+        # Said last: when a worker is killed at shutdown, this line tells whether the wait
+        # was in here (it is missing) or elsewhere (granian's own stop).
+        log.info("runtime stopped")
+
+    async def _stop_tasks(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(self._tasks, timeout=_STOP_TASKS_SECONDS)
+        for task in self._tasks:
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: a loop's last error is not news at shutdown
+        for task in pending:
+            name, where = _where(task)
+            log.warning(
+                "background task did not stop; shutting down without it",
+                extra={"task": name, "at": where},
+            )
+
+    async def _close_pool(self) -> None:
+        if self.pool is None:
+            return
+        try:
+            await asyncio.wait_for(self.pool.close(), _POOL_CLOSE_SECONDS)
+        except TimeoutError:  # a connection never released: close them all at once
+            log.warning("Postgres pool did not close in time; terminating its connections")
+            self.pool.terminate()
+        except Exception:  # noqa: S110 - shutting down: a failing close changes nothing
+            pass
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         self._tasks.append(asyncio.ensure_future(coro))

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 
+import asyncpg
 import pytest
 
 from bidder import runtime as runtime_module
@@ -59,8 +60,31 @@ async def test_loops_that_end_when_cancelled_stop_at_once(
     rt = Runtime(settings)
     await rt.start()
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="bidder.runtime"):
+    with caplog.at_level(logging.INFO, logger="bidder.runtime"):
         await rt.stop()
     assert time.monotonic() - started < 2
-    assert not [r for r in caplog.records if "did not stop" in r.getMessage()]
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "did not" in m]
+    assert messages[-1] == "runtime stopped"  # the last word, for a shutdown's post-mortem
     assert all(t.done() for t in rt._tasks)
+
+
+async def test_a_connection_never_released_does_not_hold_the_stop(
+    settings: Settings,
+    clean: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(runtime_module, "_POOL_CLOSE_SECONDS", 0.3)
+    rt = Runtime(settings)
+    await rt.start()
+    pool = await rt.connect_postgres()
+    held = await pool.acquire()  # as by a task that was cut off mid-transaction
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="bidder.runtime"):
+        await asyncio.wait_for(rt.stop(), 10)
+    assert time.monotonic() - started < 3
+    assert any("terminating its connections" in r.getMessage() for r in caplog.records)
+    assert pool.is_closing()
+    with pytest.raises(asyncpg.InterfaceError):  # taken back from its holder
+        held.is_closed()
