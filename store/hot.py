@@ -87,14 +87,10 @@ def billing_codes_key(shard: int) -> str:
     return f"{tag(shard)}:bc"
 
 
-def _this_hours_freq_key(shard: int, now: datetime) -> str:
-    """The frequency hash of `now`'s clock hour: where an offer ending without a play gives
-    its count back (release_play in _common.lua), the last KEY of the settling scripts."""
-    return freq_key(shard, _hour_of(now.astimezone(UTC)))
-
-
-def _offer_keys(shard: int, offer_id: str, today: str, yesterday: str) -> list[str]:
-    """KEYS 1-6 of every script that settles an offer (respond, expire, loss, track)."""
+def _offer_keys(shard: int, offer_id: str, now: datetime, today: str, yesterday: str) -> list[str]:
+    """KEYS 1-7 of every script that settles an offer (respond, expire, loss, track); the 7th
+    is the frequency hash of `now`'s clock hour, where an offer ending without a play gives
+    its count back (release_play in _common.lua)."""
     return [
         offer_key(shard, offer_id),
         budget_key(shard),
@@ -102,6 +98,7 @@ def _offer_keys(shard: int, offer_id: str, today: str, yesterday: str) -> list[s
         day_key(shard, yesterday),
         queue_key(shard),
         expiry_key(shard),
+        freq_key(shard, _hour_of(now.astimezone(UTC))),
     ]
 
 
@@ -394,10 +391,9 @@ class HotState:
             payload = {**payload, "deal_id": deal_id}
         today, yesterday = _day_pair(now)
         keys = [
-            *_offer_keys(shard, offer_id, today, yesterday),
+            *_offer_keys(shard, offer_id, now, today, yesterday),
             billing_codes_key(shard),
             deal_key(shard, deal_id or offer_id),
-            _this_hours_freq_key(shard, now),
         ]
         await self._connected()
         args: list[Arg] = [
@@ -436,10 +432,9 @@ class HotState:
             if not due:
                 continue
             calls = []
-            hour_key = _this_hours_freq_key(shard, now)
             for raw in due:
                 offer_id = _text(raw)
-                keys = [*_offer_keys(shard, offer_id, today, yesterday), hour_key]
+                keys = _offer_keys(shard, offer_id, now, today, yesterday)
                 args: list[Arg] = [offer_id, now_ms, today, yesterday, self.retention_ms]
                 calls.append(self._expire(keys, args))
             for result in await asyncio.gather(*calls):
@@ -456,7 +451,7 @@ class HotState:
         if shard is None:
             return "unknown", 0
         today, yesterday = _day_pair(now)
-        keys = [*_offer_keys(shard, offer_id, today, yesterday), _this_hours_freq_key(shard, now)]
+        keys = _offer_keys(shard, offer_id, now, today, yesterday)
         await self._connected()
         args: list[Arg] = [
             epoch_ms(now),
@@ -488,11 +483,7 @@ class HotState:
         if shard is None:
             return "unknown"
         today, yesterday = _day_pair(now)
-        keys = [
-            *_offer_keys(shard, offer_id, today, yesterday),
-            billing_codes_key(shard),
-            _this_hours_freq_key(shard, now),
-        ]
+        keys = [*_offer_keys(shard, offer_id, now, today, yesterday), billing_codes_key(shard)]
         await self._connected()
         args: list[Arg] = [
             epoch_ms(now),

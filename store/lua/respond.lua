@@ -2,8 +2,8 @@
 -- Exactly one answer wins; an offer past its expiry is expired here and answered "not found",
 -- and so is an accept its campaign's total (lowered since the offer) can no longer pay.
 -- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
---       5 record queue, 6 expiry zset, 7 billing codes hash, 8 deal hash (accept only),
---       9 this hour's frequency hash
+--       5 record queue, 6 expiry zset, 7 this hour's frequency hash, 8 billing codes hash,
+--       9 deal hash (accept only)
 -- ARGV: 1 action (accept|reject), 2 publisher id, 3 now_ms, 4 today, 5 yesterday,
 --       6 accepted price (accept) or '' , 7 record payload (JSON), 8 deal id, 9 deal ttl ms,
 --       10 offer key ttl ms after resolution, 11 deadline (epoch ms, 0: none; see too_late)
@@ -18,30 +18,30 @@ if offer['status'] ~= 'open' or offer['channel'] ~= 'core' or offer['publisher']
 end
 local day_key = day_key_for(offer, KEYS[3], KEYS[4], ARGV[4], ARGV[5])
 if tonumber(offer['expires_ms']) <= now then
-  expire_now(KEYS[2], day_key, KEYS[1], offer, KEYS[5], KEYS[6], now, KEYS[9])
+  expire_now(KEYS[2], day_key, KEYS[1], offer, KEYS[5], KEYS[6], now, KEYS[7])
   return {0, 'not_found', ''}
 end
-local code = redis.call('HGET', KEYS[7], offer['advertiser'] .. ':' .. offer['publisher'])
+local code = redis.call('HGET', KEYS[8], offer['advertiser'] .. ':' .. offer['publisher'])
 local extra = {billing_code = code or cjson.null}
 local b
 if ARGV[1] == 'accept' then
   local accepted = tonumber(ARGV[6])
   if accepted > tonumber(offer['price']) then return {0, 'above_bid', offer['price']} end
   if over_total(KEYS[2], offer['campaign'], accepted) then  -- the budget was lowered since
-    expire_now(KEYS[2], day_key, KEYS[1], offer, KEYS[5], KEYS[6], now, KEYS[9])
+    expire_now(KEYS[2], day_key, KEYS[1], offer, KEYS[5], KEYS[6], now, KEYS[7])
     return {0, 'not_found', 'over_total'}
   end
-  b = settle(KEYS[2], day_key, KEYS[1], offer, 'accepted', accepted, now, KEYS[9])
+  b = settle(KEYS[2], day_key, KEYS[1], offer, 'accepted', accepted, now, KEYS[7])
   redis.call('HSET', KEYS[1], 'deal_id', ARGV[8], 'accepted_price', ARGV[6])
   offer['deal_id'] = ARGV[8]
   offer['accepted_price'] = ARGV[6]
-  redis.call('HSET', KEYS[8], 'deal_id', ARGV[8], 'offer_id', offer['offer_id'],
+  redis.call('HSET', KEYS[9], 'deal_id', ARGV[8], 'offer_id', offer['offer_id'],
              'publisher', offer['publisher'],
              'campaign', offer['campaign'], 'screen', offer['screen'])
-  redis.call('PEXPIRE', KEYS[8], tonumber(ARGV[9]))
+  redis.call('PEXPIRE', KEYS[9], tonumber(ARGV[9]))
   enqueue(KEYS[5], 'offer_accepted', offer, ARGV[7], extra)
 else
-  b = settle(KEYS[2], day_key, KEYS[1], offer, 'rejected', 0, now, KEYS[9])
+  b = settle(KEYS[2], day_key, KEYS[1], offer, 'rejected', 0, now, KEYS[7])
   enqueue(KEYS[5], 'offer_rejected', offer, ARGV[7], extra)
 end
 redis.call('ZREM', KEYS[6], offer['offer_id'])

@@ -2,7 +2,7 @@
 -- it (spend at the bid price, a billing record), exactly once however often it fires, unless
 -- its campaign's total was lowered below what that would spend (then it is only recorded).
 -- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
---       5 record queue, 6 expiry zset, 7 billing codes hash, 8 this hour's frequency hash
+--       5 record queue, 6 expiry zset, 7 this hour's frequency hash, 8 billing codes hash
 -- ARGV: 1 now_ms, 2 today, 3 yesterday, 4 event name, 5 event payload (JSON),
 --       6 billing payload (JSON), 7 offer key ttl ms after resolution,
 --       8 deadline (epoch ms, 0: none; see too_late)
@@ -18,10 +18,10 @@ if ARGV[4] == 'impression' and offer['channel'] == 'openrtb' and offer['status']
     and tonumber(offer['expires_ms']) > now
     and not over_total(KEYS[2], offer['campaign'], tonumber(offer['price'])) then
   settle(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[2], ARGV[3]), KEYS[1], offer,
-         'billed', tonumber(offer['price']), now, KEYS[8])
+         'billed', tonumber(offer['price']), now, KEYS[7])
   redis.call('ZREM', KEYS[6], offer['offer_id'])
   redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]))
-  local code = redis.call('HGET', KEYS[7], offer['advertiser'] .. ':' .. offer['publisher'])
+  local code = redis.call('HGET', KEYS[8], offer['advertiser'] .. ':' .. offer['publisher'])
   enqueue(KEYS[5], 'impression_billed', offer, ARGV[6], {billing_code = code or cjson.null})
   status = 'billed'
   extra['billed'] = true
