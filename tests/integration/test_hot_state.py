@@ -28,8 +28,14 @@ from store.hot import (
 from tests.factories import CAMPAIGN, PUB, PUB_OTHER, SCREEN_MOVING, basic_document, campaign
 
 
-async def _hot(client: Redis, budget_cents: str) -> tuple[HotState, CampaignInfo]:
-    doc = basic_document(campaigns=[campaign(budget_cents=Decimal(budget_cents))])
+async def _hot(
+    client: Redis, budget_cents: str = "100000", **campaign_fields: Any
+) -> tuple[HotState, CampaignInfo]:
+    """HotState with the basic inventory's campaign (of `budget_cents` and `campaign_fields`)
+    synced, and that campaign."""
+    doc = basic_document(
+        campaigns=[campaign(budget_cents=Decimal(budget_cents), **campaign_fields)]
+    )
     snap = build_snapshot(doc)
     hot = HotState(client)
     await hot.sync_inventory(
@@ -132,21 +138,9 @@ async def test_a_reservation_queues_no_record_and_its_expiry_carries_the_offer(
 async def test_every_key_a_reservation_writes_expires(redis_client: Redis) -> None:
     """The day, hour and offer keys all carry an expiry, whichever reservation created them and
     however many followed (the script sets it when a field is created, not on every call)."""
-    doc = basic_document(
-        campaigns=[
-            campaign(
-                budget_cents=Decimal(100),
-                daily_budget_cents=Decimal(50),
-                max_plays_per_screen_per_hour=5,
-            )
-        ]
+    hot, camp = await _hot(
+        redis_client, "100", daily_budget_cents=Decimal(50), max_plays_per_screen_per_hour=5
     )
-    snap = build_snapshot(doc)
-    hot = HotState(redis_client)
-    await hot.sync_inventory(
-        {c.id: (c.shard, c.budget_micros) for c in snap.campaigns.values()}, snap.billing_codes
-    )
-    camp = snap.campaigns[CAMPAIGN]
     now = datetime.now(UTC)
     made = []
     for _ in range(3):
@@ -271,13 +265,7 @@ async def test_an_offer_that_ends_without_a_play_gives_its_frequency_count_back(
     """The cap limits plays per screen and clock hour: an open or accepted (or billed) offer
     counts, one rejected, expired or lost gives its count back within the hour, so the cap is
     never exceeded and a rejection does not use a play up."""
-    doc = basic_document(campaigns=[campaign(max_plays_per_screen_per_hour=1)])
-    snap = build_snapshot(doc)
-    hot = HotState(redis_client)
-    await hot.sync_inventory(
-        {c.id: (c.shard, c.budget_micros) for c in snap.campaigns.values()}, snap.billing_codes
-    )
-    camp = snap.campaigns[CAMPAIGN]
+    hot, camp = await _hot(redis_client, max_plays_per_screen_per_hour=1)
     # the middle of a clock hour, so that expiring a minute later stays within it
     now = datetime.now(UTC).replace(minute=30, second=0, microsecond=0)
 
@@ -318,13 +306,7 @@ async def test_an_offer_that_ends_without_a_play_gives_its_frequency_count_back(
 async def test_an_accepted_offer_keeps_its_play_and_a_past_hour_is_left_alone(
     redis_client: Redis,
 ) -> None:
-    doc = basic_document(campaigns=[campaign(max_plays_per_screen_per_hour=2)])
-    snap = build_snapshot(doc)
-    hot = HotState(redis_client)
-    await hot.sync_inventory(
-        {c.id: (c.shard, c.budget_micros) for c in snap.campaigns.values()}, snap.billing_codes
-    )
-    camp = snap.campaigns[CAMPAIGN]
+    hot, camp = await _hot(redis_client, max_plays_per_screen_per_hour=2)
     now = datetime.now(UTC).replace(minute=59, second=50, microsecond=0)
     fields = {"channel": "core", "publisher": PUB, "creative": "c"}
     made = [
