@@ -15,7 +15,9 @@ and deletes the entries. So:
   entry is alone; then it moves to the dead-letter stream `{bN}:dead` of its shard (with the
   error), atomically with its acknowledgement, and is counted and logged. An entry refused only
   for a missing deal (a playout whose `offer_accepted` is still with another writer) is left
-  pending and retried, and dead-lettered only after `MAX_DELIVERIES`.
+  pending and retried: by the same writer after a short pause (0.1 s, doubling, six times), so
+  it lands as soon as its deal does, then through reclaim; it is dead-lettered only after
+  `MAX_DELIVERIES`.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ _STATS_EVERY_S = 1.0
 _BACKOFF_START_S = 0.05
 _BACKOFF_CAP_S = 2.0
 _IDLE_CONSUMER_MS = 3_600_000
+# Pauses before this writer tries again an entry that waits for a parent row another writer
+# holds (the deal of a playout confirmed right after its accept); after them, the reclaim.
+_PARENT_RETRY_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 # Errors that an entry's own content causes: retrying the same rows fails the same way.
 _DATA_ERRORS = (
     RecordError,
@@ -160,6 +165,9 @@ class RecordWriter:
         # (stream, id) of entries of the current batch already written, dead-lettered or
         # deliberately left pending: a retry after a failure skips them.
         self._handled: set[tuple[str, str]] = set()
+        # Entries waiting for a parent row: when to try each again, and how often it was tried.
+        self._waiting: dict[tuple[str, str], tuple[float, Entry]] = {}
+        self._parent_tries: dict[tuple[str, str], int] = {}
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -173,21 +181,41 @@ class RecordWriter:
             self._next_reclaim = time.monotonic() + self.reclaim_every_s
             claimed = await self.reclaim()
             if claimed:
+                for entry in claimed:  # retried now
+                    self._waiting.pop((entry.stream, entry.entry_id), None)
                 return claimed
+        due = self._due_waiting()
         streams: dict[Any, Any] = {key: ">" for key in queue_keys()}
         try:
             raw: Any = await self.redis.xreadgroup(
-                QUEUE_GROUP, self.consumer, streams, count=self.batch_size, block=self.block_ms
+                QUEUE_GROUP,
+                self.consumer,
+                streams,
+                count=self.batch_size,
+                block=None if due else self._block_ms(),
             )
         except ResponseError as exc:
             if "NOGROUP" in str(exc):  # the streams were deleted (FLUSHALL): recreate
                 self._groups_ready = False
                 return []
             raise
-        batch: list[Entry] = []
+        batch = due
         for stream, entries in raw or []:
             batch += _entries(_text(stream), entries)
         return batch
+
+    def _due_waiting(self) -> list[Entry]:
+        """Entries waiting for a parent row whose pause is over (taken out of the wait)."""
+        now = time.monotonic()
+        due = [key for key, (at, _) in self._waiting.items() if at <= now]
+        return [self._waiting.pop(key)[1] for key in due]
+
+    def _block_ms(self) -> int:
+        """How long a read may wait for new entries: not past the next waiting entry's turn."""
+        if not self._waiting:
+            return self.block_ms
+        soonest = min(at for at, _ in self._waiting.values())
+        return max(1, min(self.block_ms, int((soonest - time.monotonic()) * 1000) + 1))
 
     async def reclaim(self) -> list[Entry]:
         """Take over entries pending longer than `claim_idle_ms` (their writer died or gave
@@ -306,8 +334,28 @@ class RecordWriter:
                     },
                 )
                 self._handled.add((entry.stream, entry.entry_id))
+                self._try_again_later(entry)
                 return
         await self.dead_letter(entry, exc)
+
+    def _try_again_later(self, entry: Entry) -> None:
+        """Retry an entry waiting for its parent row after the next pause; once the pauses are
+        used up it stays pending for the reclaim."""
+        key = (entry.stream, entry.entry_id)
+        tries = self._parent_tries.get(key, 0)
+        if tries >= len(_PARENT_RETRY_S):
+            self._parent_tries.pop(key, None)
+            return
+        self._parent_tries[key] = tries + 1
+        self._waiting[key] = (time.monotonic() + _PARENT_RETRY_S[tries], entry)
+
+    def _settled(self, entries: Sequence[Entry]) -> None:
+        """Written or dead-lettered: no longer handled here again."""
+        for entry in entries:
+            key = (entry.stream, entry.entry_id)
+            self._handled.add(key)
+            self._parent_tries.pop(key, None)
+            self._waiting.pop(key, None)
 
     async def ack(self, entries: Sequence[Entry]) -> None:
         """Acknowledge and delete written entries (one round trip)."""
@@ -319,7 +367,7 @@ class RecordWriter:
                 pipe.xack(stream, QUEUE_GROUP, *ids)
                 pipe.xdel(stream, *ids)
             await pipe.execute()
-        self._handled.update((e.stream, e.entry_id) for e in entries)
+        self._settled(entries)
 
     async def dead_letter(self, entry: Entry, exc: Exception) -> None:
         """Move a poison entry to its shard's dead-letter stream, atomically with its ack."""
@@ -337,7 +385,7 @@ class RecordWriter:
             pipe.xack(entry.stream, QUEUE_GROUP, entry.entry_id)
             pipe.xdel(entry.stream, entry.entry_id)
             await pipe.execute()
-        self._handled.add((entry.stream, entry.entry_id))
+        self._settled([entry])
         if self.metrics is not None:
             self.metrics.records_dead_lettered.inc()
         log.error(

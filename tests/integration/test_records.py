@@ -5,6 +5,7 @@ failing Postgres are handled without losing or doubling anything."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from redis.asyncio import Redis
 
 from bidder.observability import Metrics
 from matching.money import split_gross
+from store import records
 from store.hot import QUEUE_GROUP, Answered, Reserved, queue_key, queue_keys
 from store.postgres import create_pool
 from store.records import RecordWriter, dead_letter_key, ensure_groups
@@ -177,9 +179,54 @@ async def test_a_playout_whose_deal_is_not_written_yet_waits_instead_of_dying(
     assert await pending_count(redis_client) == expected.records == 2
     assert await redis_client.xlen(dead_letter_key(camp.shard)) == 0
     await writer.write_until_done([e for e in batch if e.kind != "playout_confirmed"])
-    await drain(writer, redis_client)  # the playout comes back through reclaim
+    await drain(writer, redis_client)
     async with pool.acquire() as conn:
         await assert_exactly_once(conn, expected)
+    assert await redis_client.xlen(dead_letter_key(camp.shard)) == 0
+
+
+async def test_a_playout_lands_within_a_second_of_its_deal_without_waiting_for_reclaim(
+    redis_client: Redis, pool: asyncpg.Pool, migrated: str
+) -> None:
+    """A player confirms right after accepting, while another writer still holds the deal:
+    the playout must not wait for the 30 s reclaim to show on the deal."""
+    hot, camp = await prepare(redis_client, migrated)
+    expected = await core_accept_and_play(hot, camp)
+    writer = _writer(redis_client, pool, Metrics(), claim_idle_ms=600_000)
+    batch = await writer.read_batch()
+    await writer.write_until_done([e for e in batch if e.kind == "playout_confirmed"])
+    assert await pending_count(redis_client) == 2
+    await writer.write_until_done([e for e in batch if e.kind != "playout_confirmed"])
+    written_at = time.monotonic()
+    while await pending_count(redis_client) and time.monotonic() - written_at < 5:
+        await writer.step()
+    assert time.monotonic() - written_at < 1.0
+    assert await pending_count(redis_client) == 0
+    async with pool.acquire() as conn:
+        await assert_exactly_once(conn, expected)
+    assert await redis_client.xlen(dead_letter_key(camp.shard)) == 0
+
+
+async def test_a_playout_whose_deal_never_comes_stays_pending_once_its_retries_are_used_up(
+    redis_client: Redis, pool: asyncpg.Pool, migrated: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(records, "_PARENT_RETRY_S", (0.01, 0.02))
+    hot, camp = await prepare(redis_client, migrated)
+    await core_accept_and_play(hot, camp)
+    writer = _writer(redis_client, pool, Metrics(), claim_idle_ms=600_000)
+    batch = await writer.read_batch()
+    playout = [e for e in batch if e.kind == "playout_confirmed"]
+    await writer.write_until_done(playout)
+    tried = 1
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        again = await writer.read_batch()
+        assert [e.entry_id for e in again] in ([], [playout[0].entry_id])
+        if again:
+            tried += 1
+            await writer.write_until_done(again)
+    assert tried == 3  # the first write and one per pause, then left to the reclaim
+    assert await pending_count(redis_client) == 2
     assert await redis_client.xlen(dead_letter_key(camp.shard)) == 0
 
 
