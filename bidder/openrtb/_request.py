@@ -1,10 +1,14 @@
 """The BidRequest as this interface reads it: msgspec "view" Structs holding only the fields used,
 and the validation rules in the order of decisions section 6.
 
-Containers (the request, `imp`, `video`, `pmp`, `qty`, `ext`) are typed, so a body of the wrong
-shape is `INVALID_REQUEST`. The leaves a rule looks at are decoded untyped and judged by that
-rule, so `"w": "1920"` is `NO_RESOLUTION` and `"at": "3"` is `NOT_FIXED_PRICE`, each in its
-place in the order. Numbers decode as `Decimal`, never as binary floats.
+Containers (the request, `imp`, `video`, `pmp`, `qty`, `ext`) are typed for the fast path. A
+well-formed body that does not fit them is read again as a plain JSON tree and a container of
+the wrong type counts against the rule that reads it (`"video": "x"` is `NO_VIDEO_OBJECT`,
+`"imp": [{...}, "x"]` is `MULTI_IMP_NOT_SUPPORTED`, `"qty": 5` is `NO_TOTAL_AUDIENCE`): decisions
+section 6 keeps `INVALID_REQUEST` for malformed JSON. The leaves a rule looks at are decoded
+untyped and judged by that rule, so `"w": "1920"` is `NO_RESOLUTION` and `"at": "3"` is
+`NOT_FIXED_PRICE`, each in its place in the order. Numbers decode as `Decimal`, never as
+binary floats.
 
 Those leaves come from the JSON decoder, so their types are exact (a `true` is a `bool`, never
 an `int`; a number is an `int` or a `Decimal`): the checks compare `type(...)`, which costs less
@@ -75,6 +79,7 @@ class IdView(msgspec.Struct):
 
 
 _decoder = msgspec.json.Decoder(BidRequestView, float_hook=json_decimal)
+_tree_decoder = msgspec.json.Decoder(float_hook=json_decimal)
 _id_decoder = msgspec.json.Decoder(IdView)
 
 
@@ -140,23 +145,55 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _decode_with_big_integers(body: bytes) -> BidRequestView:
-    """The view of a body holding an integer msgspec refuses (`"at": 1000...0`, 5,000 digits).
-    It is well-formed JSON, so the rules judge it like `1e400`: decoded by the standard
-    library, huge integers as Decimals (never `int`: a 5,000-digit one is no `at` of 3 and no
-    width), then given the view's container types. Only this rare path pays for it."""
+def _tree_with_big_integers(body: bytes) -> Any:
+    """The JSON tree of a body holding an integer msgspec refuses (`"at": 1000...0`, 5,000
+    digits). It is well-formed JSON, so the rules judge it like `1e400`: decoded by the
+    standard library, huge integers as Decimals (never `int`: a 5,000-digit one is no `at` of 3
+    and no width). Only this rare path pays for it."""
     try:
-        tree = json.loads(
+        return json.loads(
             body, parse_float=json_decimal, parse_int=_big_int, parse_constant=_no_constant
         )
     except (ValueError, RecursionError):
         raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
-    try:
-        return msgspec.convert(tree, BidRequestView)
-    except msgspec.ValidationError as exc:
-        raise _invalid(
-            "INVALID_REQUEST", f"The body is not a valid BidRequest: {exc}", problem=str(exc)
-        ) from None
+
+
+def _object(value: Any) -> dict[str, Any] | None:
+    return value if type(value) is dict else None
+
+
+def _lenient_view(tree: Any) -> BidRequestView:
+    """The view of a well-formed body the typed decode refused: a container of the wrong type
+    reads as absent (a `qty` that is no object as one without a multiplier: it was sent, so
+    there is no fallback to `ext.totalaud`), and `imp` that is no array as no impression."""
+    request = _object(tree)
+    if request is None:
+        raise _invalid("INVALID_REQUEST", "The body is not a BidRequest (a JSON object)")
+    raw_imps = request.get("imp")
+    imps = [_lenient_imp(imp) for imp in raw_imps] if type(raw_imps) is list else None
+    return BidRequestView(id=request.get("id"), at=request.get("at"), imp=imps)
+
+
+def _lenient_imp(value: Any) -> Imp:
+    imp = _object(value)
+    if imp is None:
+        return Imp()
+    video, pmp, qty, ext = (_object(imp.get(name)) for name in ("video", "pmp", "qty", "ext"))
+    return Imp(
+        id=imp.get("id"),
+        tagid=imp.get("tagid"),
+        video=Video(video.get("w"), video.get("h"), video.get("mimes")) if video else None,
+        banner=imp.get("banner"),
+        pmp=Pmp(pmp.get("deals")) if pmp is not None else None,
+        qty=Qty(qty.get("multiplier")) if qty is not None else _sent(imp.get("qty")),
+        ext=ImpExt(ext.get("totalaud")) if ext is not None else None,
+    )
+
+
+def _sent(qty: Any) -> Qty | None:
+    """A `qty` that is no object: absent when null (as on the fast path), else sent without a
+    valid multiplier."""
+    return None if qty is None else Qty()
 
 
 def parse_bid_request(body: bytes) -> BidAsk:
@@ -170,15 +207,24 @@ def parse_bid_request(body: bytes) -> BidAsk:
             raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
     try:
         request = _decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        if _OUT_OF_RANGE in str(exc):
-            return _judge(_decode_with_big_integers(body))
-        raise _invalid(
-            "INVALID_REQUEST", f"The body is not a valid BidRequest: {exc}", problem=str(exc)
-        ) from None
+    except msgspec.ValidationError:  # well-formed so far, but not of the view's shape
+        return _judge(_lenient_view(_tree(body)))
     except UNREADABLE_JSON:
         raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
     return _judge(request)
+
+
+def _tree(body: bytes) -> Any:
+    """The body as a plain JSON tree; malformed JSON past the point where the typed decode
+    stopped is still `INVALID_REQUEST`."""
+    try:
+        return _tree_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        if _OUT_OF_RANGE in str(exc):
+            return _tree_with_big_integers(body)
+        raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
+    except UNREADABLE_JSON:
+        raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
 
 
 def _judge(request: BidRequestView) -> BidAsk:

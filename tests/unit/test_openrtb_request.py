@@ -94,6 +94,57 @@ def test_a_string_that_is_not_utf8_is_malformed_json(raw: bytes) -> None:
     assert request_id_of(raw) == ""
 
 
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({"imp": {"id": "imp-1"}}, "MULTI_IMP_NOT_SUPPORTED"),
+        ({"imp": "x"}, "MULTI_IMP_NOT_SUPPORTED"),
+        ({"imp": ["x"]}, "INVALID_REQUEST"),  # imp[0].id missing, right after the count
+        ({"imp__0__video": "x"}, "NO_VIDEO_OBJECT"),
+        ({"imp__0__video": []}, "NO_VIDEO_OBJECT"),
+        ({"imp__0__pmp": "x"}, "NO_PMP_DEALS"),
+        ({"at": 1, "imp__0__pmp": "x"}, "NOT_FIXED_PRICE"),
+        ({"imp__0__tagid": "", "imp__0__video": 5}, "NO_EXTERNAL_SCREEN_ID"),
+        ({"imp__0__qty": 119, "imp__0__ext": {"totalaud": 119}}, "NO_TOTAL_AUDIENCE"),
+        ({"imp__0__qty": None, "imp__0__ext": [119]}, "NO_TOTAL_AUDIENCE"),
+    ],
+)
+def test_a_container_of_the_wrong_type_counts_against_its_rule(
+    changes: dict[str, Any], code: str
+) -> None:
+    """Decisions section 6 keeps INVALID_REQUEST for malformed JSON: a well-formed body whose
+    `video` is a string has no video object (an external review got INVALID_REQUEST)."""
+    assert code_of(json.dumps(body(**changes)).encode()) == code
+
+
+def test_the_impressions_are_counted_whatever_their_type() -> None:
+    raw = json.dumps(body(imp=[body()["imp"][0], "x", 7])).encode()
+    with pytest.raises(BadRequest) as caught:
+        parse_bid_request(raw)
+    assert (caught.value.code, caught.value.details) == (
+        "MULTI_IMP_NOT_SUPPORTED",
+        {"imp_count": 3},
+    )
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"id": "a", "at": 3, "imp": "x", ',
+        b'{"id": "a", "imp": {"id": 1}, "x": NaN}',
+        b'{"id": "a", "imp": 5, "x": [1, 2}',
+    ],
+)
+def test_a_body_malformed_after_a_wrong_type_is_still_malformed(raw: bytes) -> None:
+    """The typed decode stops at the type error; the rest of the body must be read too."""
+    assert code_of(raw) == "INVALID_REQUEST"
+
+
+def test_a_body_that_is_not_an_object_is_invalid() -> None:
+    for raw in (b"[]", b'"x"', b"3", b"null"):
+        assert code_of(raw) == "INVALID_REQUEST"
+
+
 _HUGE = "9" * 5000  # well-formed JSON; msgspec refuses an integer past about 1e308
 
 
