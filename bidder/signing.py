@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import re
 from binascii import b2a_base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
@@ -99,3 +99,17 @@ def verify(
         hmac.compare_digest(given_bytes, signer(secret).token(signed_message).encode())
         for secret in secrets
     )
+
+
+def query_values(pairs: Iterable[tuple[str, str]], signed: Sequence[str]) -> dict[str, str] | None:
+    """Each query parameter's first value; None when the token or a signed parameter comes more
+    than once: the signature covers one value, so a URL with a second copy was altered (it
+    gets the 403 of any altered URL, not the first copy's effect)."""
+    params: dict[str, str] = {}
+    for name, value in pairs:
+        if name in params:
+            if name == SIGNATURE_PARAM or name in signed:
+                return None
+            continue
+        params[name] = value
+    return params

@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 from bidder.errors import Forbidden, Unavailable
 from bidder.runtime import Runtime, utcnow
 from bidder.settings import Settings
-from bidder.signing import verify
+from bidder.signing import query_values, verify
 from bidder.vast import IMPRESSION_EVENT, TRACKING_SIGNED
 from bidder.web import runtime_of
 from matching.money import split_gross
@@ -40,9 +40,10 @@ def routes(settings: Settings) -> list[Any]:
 
 async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[bytes]:
     rt = runtime_of(request)
-    params = {name: request.query_params.get(name) or "" for name in request.query_params}
+    params = query_values(request.query_params.multi_items(), TRACKING_SIGNED)
     if (
-        not verify(rt.settings.signing_secrets, path, params, TRACKING_SIGNED)
+        params is None
+        or not verify(rt.settings.signing_secrets, path, params, TRACKING_SIGNED)
         or not params["ts"].isdigit()
     ):
         raise Forbidden("Invalid tracking URL signature", code="INVALID_SIGNATURE")

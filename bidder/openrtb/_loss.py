@@ -22,7 +22,7 @@ from bidder.errors import UNREADABLE_JSON, Forbidden, PayloadTooLarge, Unavailab
 from bidder.openrtb._response import no_content
 from bidder.runtime import utcnow
 from bidder.settings import Settings
-from bidder.signing import SIGNATURE_PARAM, signer, url_value, verify
+from bidder.signing import SIGNATURE_PARAM, query_values, signer, url_value, verify
 from bidder.web import runtime_of
 from matching.money import MoneyError, parse_cents
 from store.hot import epoch_ms
@@ -74,9 +74,9 @@ async def handle_loss(request: Request[Any, Any, Any], offer_id: str) -> Answer:
     if len(request.scope.get("query_string", b"")) > MAX_QUERY_BYTES:
         raise UriTooLong(f"The query string is above {MAX_QUERY_BYTES} bytes")
     raw_body = await _read_body(request)
-    params = {name: request.query_params.get(name) or "" for name in request.query_params}
+    params = query_values(request.query_params.multi_items(), LOSS_SIGNED)
     now = utcnow()
-    if not _signed_and_fresh(settings, offer_id, params, epoch_ms(now)):
+    if params is None or not _signed_and_fresh(settings, offer_id, params, epoch_ms(now)):
         raise Forbidden(
             "The loss notice URL signature is invalid, or its ts is outside the 24-hour window",
             code="INVALID_SIGNATURE",

@@ -210,6 +210,11 @@ async def test_query_above_4_kb_is_414(live: Live) -> None:
         lambda url: url.replace("token=", "token=A"),
         lambda url: url.split("&token=")[0],
         lambda url: url.replace("/loss/", "/loss/0"),
+        # A second copy of a signed parameter: the first copy is signed, but the URL is altered
+        lambda url: url + "&scr=de000003-0000-4000-a000-000000000002",
+        lambda url: url + "&pub=x",
+        lambda url: url + "&ts=1",
+        lambda url: url + "&token=A",
     ],
 )
 async def test_altered_or_forged_url_is_403_and_changes_nothing(live: Live, tamper: Any) -> None:

@@ -132,6 +132,11 @@ async def test_unsubstituted_macros_are_stored_raw(live: Live) -> None:
         lambda url: url.replace("ts=", "ts=1"),
         lambda url: url.replace("token=", "token=x"),
         lambda url: url.split("&token=")[0],
+        # A second copy of a signed parameter: the first copy is signed, but the URL is altered
+        lambda url: url + "&event=impression",
+        lambda url: url + "&offer_id=00000000-0000-4000-8000-000000000000",
+        lambda url: url + "&scr=x",
+        lambda url: url + "&token=x",
     ],
 )
 async def test_forged_or_altered_url_is_403_and_changes_nothing(live: Live, tamper: Any) -> None:
