@@ -82,10 +82,14 @@ def _headers() -> dict[str, Any]:
     }
 
 
-def _error(description: str) -> dict[str, Any]:
+def _error(description: str, retry_after: str = "") -> dict[str, Any]:
+    """An error answer; `retry_after` describes its `Retry-After` header, when it has one."""
+    headers = _headers()
+    if retry_after:
+        headers["Retry-After"] = {"description": retry_after, "schema": {"type": "integer"}}
     return {
         "description": description,
-        "headers": _headers(),
+        "headers": headers,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
     }
 
@@ -377,7 +381,9 @@ def _bid_operation(operation_id: str) -> dict[str, Any]:
                 "`REQUEST_TIMEOUT`: nothing more of the body arrived for BODY_TIMEOUT_SECONDS "
                 "(default 10); the connection is closed."
             ),
-            "413": _error("Body too large."),
+            "413": _error(
+                "`PAYLOAD_TOO_LARGE`: a body (or a declared Content-Length) above 1,000,000 bytes."
+            ),
             "500": _error("`INTERNAL_ERROR`: an unexpected failure; nothing was reserved."),
         },
     }
@@ -431,9 +437,13 @@ def _loss_operation(operation_id: str, method: str) -> dict[str, Any]:
         "responses": {
             "204": {"description": "Notice accepted.", "headers": _headers()},
             "403": _error("`INVALID_SIGNATURE`: signature invalid, or ts outside 24 hours."),
-            "413": _error("Body above 16 KB."),
-            "414": _error("Query string above 4 KB."),
-            "503": _error("Temporary ingestion problem; retry with backoff."),
+            "413": _error("`PAYLOAD_TOO_LARGE`: body above 16 KB."),
+            "414": _error("`URI_TOO_LONG`: query string above 4 KB."),
+            "503": _error(
+                "`SERVICE_UNAVAILABLE`: temporary ingestion problem, nothing was applied; retry "
+                "with backoff, the URL stays valid.",
+                retry_after="Seconds to wait before retrying (5).",
+            ),
         },
     }
     if method == "POST":
@@ -443,8 +453,12 @@ def _loss_operation(operation_id: str, method: str) -> dict[str, Any]:
         )
         operation["requestBody"] = {
             "required": False,
-            "description": "Optional, stored for diagnostics (at most 16 KB).",
-            "content": {"application/json": {"schema": {}}},
+            "description": "Optional, stored for diagnostics (at most 16 KB): JSON as JSON, "
+            "any other body (whatever its Content-Type) as text.",
+            "content": {
+                "application/json": {"schema": {}},
+                "*/*": {"schema": {"type": "string"}},
+            },
         }
     return operation
 
@@ -462,6 +476,10 @@ def _openapi_operation() -> dict[str, Any]:
                 "content": {"application/json": {"schema": {"type": "object"}}},
             },
             "401": _error("`INVALID_API_KEY`: Authorization missing or invalid."),
+            "503": _error(
+                "`SERVICE_UNAVAILABLE`: the worker is starting and has not loaded the keys yet.",
+                retry_after="Seconds to wait before retrying (1).",
+            ),
         },
     }
 

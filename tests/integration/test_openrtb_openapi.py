@@ -59,8 +59,13 @@ def test_openapi_document_is_valid_and_describes_exactly_the_interface(
         f"{PREFIX}/loss/{{offer_id}}",
         OPENAPI,
     }
-    assert set(document["paths"][OPENAPI]["get"]["responses"]) == {"200", "401"}
+    assert set(document["paths"][OPENAPI]["get"]["responses"]) == {"200", "401", "503"}
     assert set(document["paths"][f"{PREFIX}/loss/{{offer_id}}"]) == {"get", "post"}
+    # The loss notice's 503 says when to retry (Retry-After: 5), and a POST body may be text.
+    loss = document["paths"][f"{PREFIX}/loss/{{offer_id}}"]
+    for method in ("get", "post"):
+        assert "Retry-After" in loss[method]["responses"]["503"]["headers"]
+    assert "*/*" in loss["post"]["requestBody"]["content"]
     bid = document["paths"][f"{PREFIX}/bid"]["post"]
     assert set(bid["responses"]) >= {"200", "204", "400", "401"}
     assert "per-play price in EUR" in bid["description"]
