@@ -177,8 +177,10 @@ async def _external_id_conflicts(conn: Conn, doc: InventoryDocument) -> list[Pro
 async def import_document(
     conn: Conn, doc: InventoryDocument, progress: Progress | None = None
 ) -> dict[str, int]:
-    """Validate and upsert `doc` in one transaction; bump the inventory version. Its ids are
-    first written in their canonical form, in place (`canonicalize_ids`).
+    """Validate and upsert `doc` in one transaction; bump the inventory version when a row
+    changed (a document that changes nothing, such as the export put back, makes no worker
+    rebuild its snapshot). Its ids are first written in their canonical form, in place
+    (`canonicalize_ids`).
 
     Raises InventoryRejected listing every problem, before anything is written.
     """
@@ -203,14 +205,17 @@ async def import_document(
     kind = ""
     try:
         async with conn.transaction():
+            changed = 0
             for kind in _ORDER:
                 items: Sequence[Any] = getattr(doc, kind)
                 counts[kind] = len(items)
                 if kind == "billing_codes":
-                    items = await _remove_billing_codes(conn, doc.billing_codes)
+                    items, removed = await _remove_billing_codes(conn, doc.billing_codes)
+                    changed += removed
                 if items:
-                    await _upsert(conn, kind, items, progress)
-            await bump_version(conn)
+                    changed += await _upsert(conn, kind, items, progress)
+            if changed:
+                await bump_version(conn)
     except (asyncpg.DataError, OverflowError) as exc:
         # A value the rules above let through but a column cannot hold: the transaction is
         # rolled back, and the document is refused like any other (never a 500).
@@ -228,11 +233,14 @@ async def import_document(
     return counts
 
 
-async def _remove_billing_codes(conn: Conn, codes: list[BillingCode]) -> list[BillingCode]:
-    """Delete the pairs whose `code` is null; the pairs to upsert."""
+async def _remove_billing_codes(
+    conn: Conn, codes: list[BillingCode]
+) -> tuple[list[BillingCode], int]:
+    """Delete the pairs whose `code` is null: (the pairs to upsert, how many were deleted)."""
     removed = [c for c in codes if c.code is None]
+    deleted = 0
     if removed:
-        await conn.execute(
+        status = await conn.execute(
             """
             DELETE FROM billing_codes b USING unnest($1::uuid[], $2::uuid[]) AS r(adv, pub)
             WHERE b.advertiser_id = r.adv AND b.publisher_id = r.pub
@@ -240,10 +248,17 @@ async def _remove_billing_codes(conn: Conn, codes: list[BillingCode]) -> list[Bi
             [uuid.UUID(c.advertiser_id) for c in removed],
             [uuid.UUID(c.publisher_id) for c in removed],
         )
-    return [c for c in codes if c.code is not None]
+        deleted = _row_count(status)
+    return [c for c in codes if c.code is not None], deleted
 
 
-async def _upsert(conn: Conn, kind: str, items: Sequence[Any], progress: Progress | None) -> None:
+def _row_count(status: str) -> int:
+    """The rows a command changed, from its status tag (`INSERT 0 12`, `DELETE 3`)."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+async def _upsert(conn: Conn, kind: str, items: Sequence[Any], progress: Progress | None) -> int:
+    """Insert or update `items`; how many rows were inserted or actually changed."""
     table, columns, key = _TABLES[kind]
     staging = f"import_{table}"
     await conn.execute(
@@ -264,13 +279,14 @@ async def _upsert(conn: Conn, kind: str, items: Sequence[Any], progress: Progres
     select_list = ", ".join(f"{c}::jsonb" if c == "targeting" else c for c in columns)
     assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in updates)
     changed = " OR ".join(f"{table}.{c} IS DISTINCT FROM EXCLUDED.{c}" for c in updates)
-    await conn.execute(
+    status = await conn.execute(
         f"""
         INSERT INTO {table} ({column_list}) SELECT {select_list} FROM {staging}
         ON CONFLICT ({", ".join(key)}) DO UPDATE SET {assignments}, updated_at = now()
         WHERE {changed}
         """  # noqa: S608 - identifiers come from the fixed table map above
     )
+    return _row_count(status)
 
 
 async def bump_version(conn: Conn) -> int:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
+import asyncpg
 import pytest
 
 from tests.conftest import ADMIN_TOKEN, ServerUrls
@@ -211,6 +212,42 @@ async def test_put_is_idempotent_and_upserts(app_client: Client) -> None:
     assert (await put_doc(app_client, partial)).status_code == 200
     exported = await app_client.get("/admin/v1/inventory", headers=ADMIN)
     assert parsed(exported.content) == as_sent(changed)
+
+
+async def _stored_version(servers: ServerUrls) -> int:
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        version: int = await conn.fetchval("SELECT version FROM inventory_version")
+    finally:
+        await conn.close()
+    return version
+
+
+async def test_a_document_that_changes_nothing_leaves_the_version_so_no_worker_reloads(
+    app_client: Client, servers: ServerUrls
+) -> None:
+    """Every version bump makes every worker rebuild its whole snapshot; a review saw the
+    export put back (a no-op) bump it each time."""
+    doc = full_document()
+    assert (await put_doc(app_client, doc)).status_code == 200
+    first = await _stored_version(servers)
+    assert (await put_doc(app_client, doc)).status_code == 200
+    exported = (await app_client.get("/admin/v1/inventory", headers=ADMIN)).content
+    assert (await put_doc(app_client, exported)).status_code == 200
+    assert await _stored_version(servers) == first
+    renamed = copy.deepcopy(doc["screens"][:1])
+    renamed[0]["name"] = "Central Station 1, renamed"
+    assert (await put_doc(app_client, {"screens": renamed})).status_code == 200
+    assert await _stored_version(servers) == first + 1
+    pair = {k: doc["billing_codes"][0][k] for k in ("advertiser_id", "publisher_id")}
+    assert (
+        await put_doc(app_client, {"billing_codes": [{**pair, "code": None}]})
+    ).status_code == 200
+    assert await _stored_version(servers) == first + 2  # a removal is a change too
+    assert (
+        await put_doc(app_client, {"billing_codes": [{**pair, "code": None}]})
+    ).status_code == 200
+    assert await _stored_version(servers) == first + 2
 
 
 async def test_a_billing_code_of_null_removes_the_pairs_code(app_client: Client) -> None:
