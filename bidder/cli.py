@@ -102,7 +102,7 @@ def ensure_port_free(host: str, port: int) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    settings = command_settings()
+    settings = command_settings(secrets=True)
     workers = args.workers or os.cpu_count() or 1
     ensure_port_free(args.host, args.port)  # before touching anything a running one uses
     shared = _share_metrics() if workers > 1 or multiprocess_dir() else None
@@ -130,7 +130,7 @@ def _share_metrics() -> str:
 
 
 def _cmd_migrate(_: argparse.Namespace) -> int:
-    applied = asyncio.run(with_connection(command_settings(), migrate))
+    applied = asyncio.run(with_connection(command_settings(redis=False), migrate))
     print("applied: " + ", ".join(applied) if applied else "schema is up to date")
     return 0
 
@@ -172,7 +172,7 @@ def read_document(path: Path) -> InventoryDocument:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    settings = command_settings()
+    settings = command_settings(redis=False)
     started = time.monotonic()
     try:
         counts = _import(settings, Path(args.file))
@@ -201,7 +201,7 @@ def _import(settings: Settings, path: Path) -> dict[str, int]:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    settings = command_settings()
+    settings = command_settings(redis=False)
 
     async def work(conn: Conn) -> InventoryDocument:
         async with conn.transaction(isolation="repeatable_read", readonly=True):
@@ -219,7 +219,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys_create(args: argparse.Namespace) -> int:
-    settings = command_settings()
+    settings = command_settings(redis=False)
     expires_at: datetime | None = args.expires_at
     try:  # the admin API's rules: in the future, and within the year 9999 once in UTC
         check_expiry(expires_at, utcnow())
@@ -241,7 +241,7 @@ def _cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys_revoke(args: argparse.Namespace) -> int:
-    settings = command_settings()
+    settings = command_settings(redis=False)
 
     async def work(conn: Conn) -> bool:
         return await revoke_key_id(conn, args.key_id)

@@ -21,10 +21,12 @@ T = TypeVar("T")
 _encoder = msgspec.json.Encoder(decimal_format="number")
 
 
-def command_settings() -> Settings:
+def command_settings(*, redis: bool = True, secrets: bool = False) -> Settings:
     """The settings, and the service's JSON logging on stderr at LOG_LEVEL (an operator's
-    change made from the command line logs its `bidder.audit` line as the admin API's does)."""
-    settings = load_settings()
+    change made from the command line logs its `bidder.audit` line as the admin API's does).
+    `redis`: the command uses Redis (REDIS_URL required); `secrets`: it serves (ADMIN_TOKEN and
+    SIGNING_SECRETS required)."""
+    settings = load_settings(redis=redis, secrets=secrets)
     configure_logging(settings.log_level)
     return settings
 

@@ -73,7 +73,7 @@ def register(subparsers: Any) -> None:
 
 def _settings() -> Settings | None:
     try:
-        return load_settings()
+        return load_settings(secrets=False)
     except SettingsError as exc:
         print("bidder: the settings are not valid:", file=sys.stderr)
         for problem in exc.problems:

@@ -145,22 +145,31 @@ def _public_urls(env: Mapping[str, str], problems: list[str]) -> tuple[str, str]
     return public_base_url, tracking_base_url
 
 
-def load_settings(env: Mapping[str, str] | None = None) -> Settings:
-    """Read and validate the settings; raise SettingsError naming every problem at once."""
+def load_settings(
+    env: Mapping[str, str] | None = None, *, redis: bool = True, secrets: bool = True
+) -> Settings:
+    """Read and validate the settings; raise SettingsError naming every problem at once.
+
+    The service needs them all. An operator's command that does not touch Redis passes
+    `redis=False`, and one that neither serves nor signs `secrets=False`: REDIS_URL, or
+    ADMIN_TOKEN and SIGNING_SECRETS, may then be absent (a value given is still checked)."""
     env = os.environ if env is None else env
     problems: list[str] = []
 
     database_url = _url(env, "DATABASE_URL", ("postgres", "postgresql"), problems)
-    redis_url = _url(env, "REDIS_URL", ("redis", "rediss", "unix"), problems)
+    redis_url = ""
+    if redis or env.get("REDIS_URL", "").strip():
+        redis_url = _url(env, "REDIS_URL", ("redis", "rediss", "unix"), problems)
 
     admin_token = env.get("ADMIN_TOKEN", "")
-    if len(admin_token) < _MIN_SECRET_LEN:
+    if len(admin_token) < _MIN_SECRET_LEN and (secrets or admin_token):
         problems.append(f"ADMIN_TOKEN is required, at least {_MIN_SECRET_LEN} characters")
 
-    secrets = tuple(s.strip() for s in env.get("SIGNING_SECRETS", "").split(",") if s.strip())
-    if not secrets:
-        problems.append("SIGNING_SECRETS is required (comma-separated, newest first)")
-    elif any(len(s) < _MIN_SECRET_LEN for s in secrets):
+    signing = tuple(s.strip() for s in env.get("SIGNING_SECRETS", "").split(",") if s.strip())
+    if not signing:
+        if secrets:
+            problems.append("SIGNING_SECRETS is required (comma-separated, newest first)")
+    elif any(len(s) < _MIN_SECRET_LEN for s in signing):
         problems.append(f"every SIGNING_SECRETS entry needs at least {_MIN_SECRET_LEN} characters")
 
     environment = env.get("BIDDER_ENV", "staging")
@@ -190,7 +199,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         database_url=database_url,
         redis_url=redis_url,
         admin_token=admin_token,
-        signing_secrets=secrets,
+        signing_secrets=signing,
         environment=environment,
         public_base_url=public_base_url,
         tracking_base_url=tracking_base_url,

@@ -21,7 +21,7 @@ import pytest
 
 from bidder.demo import demo_document
 from tests.conftest import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls
-from tests.factories import PUB, uid
+from tests.factories import CAMPAIGN, PUB, uid
 from tests.integration._admin_helpers import parsed
 from tests.integration.test_admin_inventory import full_document
 
@@ -68,6 +68,25 @@ async def fetchval(servers: ServerUrls, sql: str, *params: Any) -> Any:
         return await conn.fetchval(sql, *params)
     finally:
         await conn.close()
+
+
+async def test_commands_on_postgres_alone_need_only_database_url(
+    servers: ServerUrls, clean: None
+) -> None:
+    """What the README says: the operator's commands read DATABASE_URL, and REDIS_URL only
+    where they touch budgets or offers; nothing else is required of them."""
+    only = {
+        k: v
+        for k, v in cli_env(servers).items()
+        if k not in ("REDIS_URL", "ADMIN_TOKEN", "SIGNING_SECRETS")
+    }
+    for args in (("migrate",), ("inventory", "export")):
+        done = await bidder(only, *args)
+        assert done.returncode == 0, done.stderr
+    refused = await bidder(only, "campaigns", "show", CAMPAIGN)
+    assert refused.returncode == 2
+    assert b"REDIS_URL is required" in refused.stderr
+    assert b"SIGNING_SECRETS" not in refused.stderr
 
 
 async def test_migrate_is_applied_once(servers: ServerUrls, clean: None) -> None:

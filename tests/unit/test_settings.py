@@ -185,3 +185,26 @@ def test_a_url_whose_password_breaks_its_parsing_is_refused_without_echoing_it(
     said = " ".join(refused.value.problems)
     assert name in said
     assert "s3cr" not in said
+
+
+def test_an_operator_command_needs_only_what_it_uses() -> None:
+    """`bidder inventory export` against the demo failed on SIGNING_SECRETS, which the demo
+    banner does not print and which no such command uses (a review of the README)."""
+    database_only = {"DATABASE_URL": VALID["DATABASE_URL"]}
+    settings = load_settings(database_only, redis=False, secrets=False)
+    assert (settings.redis_url, settings.admin_token, settings.signing_secrets) == ("", "", ())
+    with_redis = {**database_only, "REDIS_URL": VALID["REDIS_URL"]}
+    assert load_settings(with_redis, secrets=False).redis_url == VALID["REDIS_URL"]
+    with pytest.raises(SettingsError) as caught:
+        load_settings(database_only, secrets=False)
+    assert caught.value.problems == ["REDIS_URL is required"]
+    with pytest.raises(SettingsError) as caught:
+        load_settings(database_only)  # the service needs everything
+    assert len(caught.value.problems) == 3
+
+
+def test_a_setting_given_to_a_command_that_does_not_need_it_is_still_checked() -> None:
+    given = {"DATABASE_URL": VALID["DATABASE_URL"], "REDIS_URL": "http://x", "ADMIN_TOKEN": "short"}
+    with pytest.raises(SettingsError) as caught:
+        load_settings({**given, "SIGNING_SECRETS": "tiny"}, redis=False, secrets=False)
+    assert len(caught.value.problems) == 3
