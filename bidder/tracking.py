@@ -3,7 +3,8 @@
 Every validly signed call is recorded (HotState.track, one Lua step with its record). The
 OpenRTB `impression` on an open bid bills it, exactly once however often it fires: spend at the
 bid price, and a billing record split at the publisher's commission rate. The answer is a 1x1
-transparent GIF; a forged or altered URL gets 403 and changes nothing.
+transparent GIF, with the OpenRTB interface's deprecation headers when the offer is an OpenRTB
+bid; a forged or altered URL gets 403 and changes nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from litestar import Request, Response, get
 from redis.exceptions import RedisError
 
+from bidder.deprecation import deprecation_headers
 from bidder.errors import Forbidden, Unavailable
 from bidder.runtime import Runtime, utcnow
 from bidder.settings import Settings
@@ -58,12 +60,15 @@ async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[b
     now = utcnow()
     try:
         billing = await _billing(rt, offer_id) if event == IMPRESSION_EVENT else {}
-        await rt.hot.track(offer_id, event, now, payload, billing)
+        tracked = await rt.hot.track(offer_id, event, now, payload, billing)
     except (RedisError, OSError, TimeoutError):
         raise Unavailable(
             "The tracking event could not be stored, retry shortly", headers={"Retry-After": "1"}
         ) from None
-    return Response(PIXEL, media_type="image/gif", headers=_PIXEL_HEADERS)
+    headers = _PIXEL_HEADERS
+    if tracked.channel == "openrtb":  # a pixel of the deprecated interface says so, too
+        headers = {**_PIXEL_HEADERS, **deprecation_headers(rt.settings)}
+    return Response(PIXEL, media_type="image/gif", headers=headers)
 
 
 async def _billing(rt: Runtime, offer_id: str) -> dict[str, Any]:

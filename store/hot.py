@@ -210,6 +210,15 @@ class NotAnswered(msgspec.Struct, frozen=True):
 
 
 @dataclass(frozen=True, slots=True)
+class Tracked:
+    """A tracking event's outcome: `billed`, `recorded` or `unknown`, and the channel of its
+    offer (`core` or `openrtb`; "" when the offer is unknown)."""
+
+    status: Literal["billed", "recorded", "unknown"]
+    channel: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class PlayoutResult:
     status: Literal["new", "repeat", "not_found"]
     playout_id: str = ""
@@ -474,14 +483,11 @@ class HotState:
         now: datetime,
         payload: Mapping[str, Any],
         billing: Mapping[str, Any],
-    ) -> str:
-        """Record a tracking event; an OpenRTB impression bills once.
-
-        Returns 'billed', 'recorded' or 'unknown'.
-        """
+    ) -> Tracked:
+        """Record a tracking event; an OpenRTB impression bills once."""
         shard = shard_of(offer_id)
         if shard is None:
-            return "unknown"
+            return Tracked("unknown")
         today, yesterday = _day_pair(now)
         keys = [*_offer_keys(shard, offer_id, now, today, yesterday), billing_codes_key(shard)]
         await self._connected()
@@ -499,7 +505,9 @@ class HotState:
         status = _text(result[0])
         if status == "late":
             raise _late()
-        return status
+        if status == "unknown":
+            return Tracked("unknown")
+        return Tracked("billed" if status == "billed" else "recorded", _text(result[1]))
 
     async def confirm_playout(
         self, deal_id: str, publisher_id: str, now: datetime, payload: Mapping[str, Any]

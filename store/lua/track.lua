@@ -6,7 +6,8 @@
 -- ARGV: 1 now_ms, 2 today, 3 yesterday, 4 event name, 5 event payload (JSON),
 --       6 billing payload (JSON), 7 offer key ttl ms after resolution,
 --       8 deadline (epoch ms, 0: none; see too_late)
--- Returns {status}: 'billed' | 'recorded' | 'unknown' | 'late'.
+-- Returns {status, channel}: status 'billed' | 'recorded', the offer's channel (core|openrtb);
+-- or {'unknown'} | {'late'}.
 if too_late(ARGV[8]) then return {'late'} end
 local offer_flat = redis.call('HGETALL', KEYS[1])
 if #offer_flat == 0 then return {'unknown'} end
@@ -27,4 +28,4 @@ if ARGV[4] == 'impression' and offer['channel'] == 'openrtb' and offer['status']
   extra['billed'] = true
 end
 enqueue(KEYS[5], 'tracking_event', offer, ARGV[5], extra)
-return {status}
+return {status, offer['channel']}

@@ -160,7 +160,7 @@ async def openrtb_billed_then_lost(hot: HotState, camp: CampaignInfo) -> Expecte
     billed = await hot.track(
         offer_id, "impression", now, tracking_payload("impression"), billing_payload(PRICE)
     )
-    assert billed == "billed"
+    assert billed.status == "billed"
     await hot.track(offer_id, "complete", now, tracking_payload("complete"), billing_payload(PRICE))
     await hot.loss(offer_id, now, {"reason": "102", "price": None, "aid": "a", "body": None})
     rows = Counter(offers=1, billing_records=1, tracking_events=2, loss_notices=1)

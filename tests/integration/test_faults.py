@@ -434,7 +434,7 @@ async def test_a_loss_a_pixel_or_a_playout_redis_runs_too_late_changes_nothing(
     tracked = await hot.track(
         billed, "impression", now, tracking_payload("impression"), billing_payload(PRICE)
     )
-    assert tracked == "billed"
+    assert tracked.status == "billed"
     played = await hot.confirm_playout(answered.deal_id, PUB, now, {"played_at": None})
     assert played.status == "new"
     await fast.aclose()

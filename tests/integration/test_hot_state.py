@@ -17,6 +17,7 @@ from store.hot import (
     NotAnswered,
     Refused,
     Reserved,
+    Tracked,
     day_key,
     epoch_ms,
     expiry_key,
@@ -189,9 +190,9 @@ async def test_a_total_lowered_below_the_reservations_is_never_overspent(
         await hot.track(rtb[1], "impression", now, {}, {}),
     ]
     assert isinstance(results[0], Answered)
-    assert results[1] == "billed"
+    assert results[1] == Tracked("billed", "openrtb")
     assert results[2] == NotAnswered("not_found", "over_total")
-    assert results[3] == "recorded"
+    assert results[3] == Tracked("recorded", "openrtb")
     budget = (await hot.read_budgets(now))[CAMPAIGN]
     assert budget.spent == 5_000_000
     assert budget.spent <= budget.total == 6_000_000
@@ -297,7 +298,7 @@ async def test_an_offer_that_ends_without_a_play_gives_its_frequency_count_back(
 
     billed = await offer("openrtb")  # played: kept, and a loss after billing changes nothing
     assert isinstance(billed, Reserved)
-    assert await hot.track(billed.offer_id, "impression", now, {}, {}) == "billed"
+    assert (await hot.track(billed.offer_id, "impression", now, {}, {})).status == "billed"
     assert (await hot.loss(billed.offer_id, now, {}))[0] == "first"
     assert await count() == 1
     assert isinstance(await offer("core"), Refused)

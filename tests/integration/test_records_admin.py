@@ -302,8 +302,7 @@ async def test_an_openrtb_bids_outcome_shows_as_one_of_the_four_statuses(
                 "commission_rate": "0.15",
             },
         )
-        == "billed"
-    )
+    ).status == "billed"
     assert (await hot.loss(lost, now, {"reason": "102"}))[0] == "first"
     expected = {billed: "accepted", lost: "rejected"}
     for offer_id, status in expected.items():

@@ -22,6 +22,7 @@ from tests import factories as f
 from tests.conftest import ServerUrls
 from tests.integration._core_helpers import Live, live_app
 from tests.integration.test_openrtb_bid import (
+    assert_deprecated,
     bid_request,
     post_bid,
     queue_kept,
@@ -97,6 +98,31 @@ async def test_impression_bills_exactly_once_when_fired_five_times(live: Live) -
     offer = await live.rt.hot.offer(bid["adid"])
     assert offer is not None
     assert offer["status"] == "billed"
+
+
+async def test_an_openrtb_pixel_carries_the_deprecation_headers_and_a_core_one_does_not(
+    live: Live,
+) -> None:
+    """The contract: every response of the deprecated interface says so; the same endpoint
+    serves the Core API's VAST, which is not deprecated."""
+    bid = await make_bid(live)
+    for event in ("impression", "complete"):
+        response = await live.client.get(fired(tracking_of(bid)[event]))
+        assert response.status_code == 200
+        assert_deprecated(response)
+    headers = await seeded(live)
+    offer = await live.client.get(
+        f"/functions/v1/api/offers/request/{f.SCREEN_MOVING}?vast=true", headers=headers
+    )
+    assert offer.status_code == 200, offer.text
+    core_pixel = local(
+        ET.fromstring(offer.json()["vast"]).findtext(".//v:Impression", namespaces=NS) or ""
+    )
+    response = await live.client.get(core_pixel)
+    assert response.status_code == 200
+    assert response.content == PIXEL
+    assert "Deprecation" not in response.headers
+    assert "Link" not in response.headers
 
 
 async def test_every_event_is_recorded_and_only_the_impression_bills(live: Live) -> None:
