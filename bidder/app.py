@@ -19,7 +19,7 @@ from bidder.admin import routes as admin_routes
 from bidder.core import routes as core_routes
 from bidder.core import screens
 from bidder.errors import ServiceError
-from bidder.front import Front
+from bidder.front import Front, options_allow
 from bidder.observability import (
     Metrics,
     RequestObserver,
@@ -103,7 +103,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
     )
     # The hot routes are answered in front of Litestar's stack (bidder/front.py); Litestar
     # still sets up each request's scope and serves everything else.
-    app.asgi_handler = Front(app.asgi_handler, rt, observer)
+    app.asgi_handler = Front(app.asgi_handler, rt, observer, options_allow(app.routes))
     return app
 
 

@@ -18,7 +18,8 @@ interface (bidder.web), and a 500 without a traceback for anything unexpected.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 from urllib.parse import unquote
 
 from litestar._asgi.utils import is_valid_host
@@ -72,8 +73,17 @@ def _prefix(template: str) -> str:
 class Front:
     """ASGI app: the hot routes here, everything else (and lifespan) to `inner`."""
 
-    def __init__(self, inner: ASGIApp, rt: Runtime, observer: RequestObserver) -> None:
+    def __init__(
+        self,
+        inner: ASGIApp,
+        rt: Runtime,
+        observer: RequestObserver,
+        options_allow: dict[int, bytes] | None = None,
+    ) -> None:
+        """`options_allow`: the `Allow` value of each path's automatic OPTIONS handler, by the
+        handler's id (`options_allow` below)."""
         self.inner, self.rt, self.observer = inner, rt, observer
+        self.options_allow = options_allow or {}
         self.deprecation_headers = tuple(encode_headers(deprecation_headers(rt.settings)))
         self.body_timeout = rt.settings.body_timeout_seconds
         bid = _Route("POST", f"{OPENRTB_PREFIX}/bid", handle_bid)
@@ -126,8 +136,10 @@ class Front:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = self.route(scope)
         if found is None or not _host_ok(scope):
-            if scope.get("method") == "OPTIONS" and scope["path"].startswith(OPENRTB_PREFIX):
-                send = self._deprecated(send)
+            if scope.get("method") == "OPTIONS":
+                send = self._allowing(scope, send)
+                if scope["path"].startswith(OPENRTB_PREFIX):
+                    send = self._deprecated(send)
             receive = bounded_receive(scope, receive, self.body_timeout)
             await self.inner(scope, receive, send)
             return
@@ -146,6 +158,24 @@ class Front:
         finally:
             elapsed = time.perf_counter() - start
             observer.end(token, route.label, route.method, status, elapsed)
+
+    def _allowing(self, scope: Scope, send: Send) -> Send:
+        """`send` giving Litestar's automatic OPTIONS answer the `Allow` of every method of the
+        path: Litestar 2 names only those of the path's first handler (litestar#4169), so
+        OPTIONS on the screens list said `GET, OPTIONS` where POST works too."""
+        table = self.options_allow
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                allow = table.get(id(scope.get("route_handler")))
+                if allow is not None:
+                    headers = [
+                        (k, v) for k, v in message.get("headers", ()) if k.lower() != b"allow"
+                    ]
+                    message = {**message, "headers": [*headers, (b"allow", allow)]}
+            await send(message)
+
+        return sending
 
     def _deprecated(self, send: Send) -> Send:
         """`send` adding the deprecation headers to Litestar's automatic OPTIONS answer on the
@@ -195,3 +225,18 @@ def _host_ok(scope: Scope) -> bool:
         if name == b"host":
             return bool(is_valid_host(value))
     return True
+
+
+def options_allow(routes: Iterable[Any]) -> dict[int, bytes]:
+    """By the id of each HTTP route's OPTIONS handler, the `Allow` value naming every method
+    of the route's path (what a 405 there says too)."""
+    allow: dict[int, bytes] = {}
+    for route in routes:
+        methods = getattr(route, "methods", None)
+        if not methods:
+            continue
+        value = ", ".join(sorted(methods)).encode("latin-1")
+        for handler in getattr(route, "route_handlers", ()):
+            if "OPTIONS" in getattr(handler, "http_methods", ()):
+                allow[id(handler)] = value
+    return allow

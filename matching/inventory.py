@@ -10,9 +10,10 @@ import re
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
+from functools import cache
 from typing import Literal
 from urllib.parse import urlsplit
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import msgspec
 
@@ -174,6 +175,30 @@ MAX_PIXELS = _INT4_MAX
 _PIXELS = f"must be positive pixels, at most {MAX_PIXELS}"
 #: A screen's audience per play is stored as NUMERIC(14, 4): below 10 billion, 4 decimals.
 MAX_AUDIENCE_PER_PLAY = Decimal(10) ** 10
+#: The demo screen's id (decisions: demo mode): the external-id route answers it with the demo
+#: offer, so no screen may take it as its external id (it could never be reached by it).
+DEMO_EXTERNAL_ID = "test-display-test"
+#: Names in the zone database that are no place's time zone: `localtime` is the host's own
+#: zone (a screen's dayparts would then depend on where a worker runs), `Factory` a placeholder.
+_NOT_A_PLACE = frozenset({"localtime", "Factory"})
+
+
+@cache
+def _time_zones() -> frozenset[str]:
+    return frozenset(available_timezones()) - _NOT_A_PLACE
+
+
+def is_time_zone(name: str) -> bool:
+    """Whether `name` is an IANA time zone of a place (`Europe/Berlin`, `UTC`), as the zone
+    database names it (case included)."""
+    if name not in _time_zones():
+        return False
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
+
 
 #: The longest creative a VAST `Duration` (an `xs:time`, HH:MM:SS under 24 hours) can carry.
 MAX_DURATION_SECONDS = 86_399
@@ -418,26 +443,35 @@ def _validate_screens(check: _Checker, screens: list[Screen], publishers: set[st
             # Stored as NUMERIC(14, 4), and it sets the price: refused rather than rounded.
             check.add("screens", i, scr.id, "audience_per_play", "has more than 4 decimal places")
         if scr.external_id is not None:
-            if not scr.external_id.strip():
-                check.add("screens", i, scr.id, "external_id", "must not be empty when given")
-            key = (scr.publisher_id, scr.external_id)
-            if key in external:
-                check.add(
-                    "screens",
-                    i,
-                    scr.id,
-                    "external_id",
-                    "is used by another screen of this publisher",
-                )
-            external.add(key)
-        try:
-            ZoneInfo(scr.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
+            _check_external_id(check, i, scr, external)
+        if not is_time_zone(scr.timezone):
             check.add("screens", i, scr.id, "timezone", "is not an IANA time zone")
+        if scr.venue_type is not None and not scr.venue_type.strip():
+            check.add("screens", i, scr.id, "venue_type", "must not be empty when given")
         if scr.lat is not None and not -90 <= scr.lat <= 90:
             check.add("screens", i, scr.id, "lat", "must be between -90 and 90")
         if scr.lon is not None and not -180 <= scr.lon <= 180:
             check.add("screens", i, scr.id, "lon", "must be between -180 and 180")
+
+
+def _check_external_id(
+    check: _Checker, i: int, scr: Screen, external: set[tuple[str, str]]
+) -> None:
+    """A screen's external id: not blank, not the demo screen's, unique per publisher within
+    the document (`external` holds the pairs seen so far)."""
+    external_id = scr.external_id or ""
+    if not external_id.strip():
+        check.add("screens", i, scr.id, "external_id", "must not be empty when given")
+    elif external_id == DEMO_EXTERNAL_ID:
+        check.add(
+            "screens", i, scr.id, "external_id", f"{DEMO_EXTERNAL_ID!r} is reserved for demo mode"
+        )
+    key = (scr.publisher_id, external_id)
+    if key in external:
+        check.add(
+            "screens", i, scr.id, "external_id", "is used by another screen of this publisher"
+        )
+    external.add(key)
 
 
 def _validate_campaigns(check: _Checker, campaigns: list[Campaign], advertisers: set[str]) -> None:

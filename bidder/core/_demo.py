@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-DEMO_SCREEN_ID = "test-display-test"
+from matching.inventory import DEMO_EXTERNAL_ID
+
+DEMO_SCREEN_ID = DEMO_EXTERNAL_ID
 DEMO_OFFER_ID = "test-offer-test"
 DEMO_DEAL_ID = "test-deal-test"
 DEMO_BILLING_ID = "test-billing-test"

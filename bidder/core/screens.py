@@ -89,9 +89,36 @@ def _field_problems(problems: list[Problem]) -> list[FieldProblem]:
 S = TypeVar("S", bound=msgspec.Struct)
 
 
+def _without_unchanged(
+    body: dict[str, Any], publisher_id: str, screen_id: str | None = None
+) -> dict[str, Any]:
+    """`body` without an `id` equal to the screen's own (an update) or a `publisher_id` equal
+    to the key's: a client that sends a screen back whole, as GET gave it, changes neither."""
+    kept = dict(body)
+    if _same_uuid(kept.get("publisher_id"), publisher_id):
+        del kept["publisher_id"]
+    if screen_id is not None and _same_uuid(kept.get("id"), screen_id):
+        del kept["id"]
+    return kept
+
+
+def _same_uuid(value: Any, expected: str) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        return str(uuid.UUID(value)) == expected
+    except ValueError:
+        return False
+
+
 def _not_settable(body: dict[str, Any], into: type[msgspec.Struct]) -> list[FieldProblem]:
-    """The fields of `body` the caller may not set, each with a message of its own."""
+    """The fields of `body` the caller may not set (or not so), each with a message of its
+    own."""
     problems = []
+    if isinstance(body.get("audience_per_play"), str):  # as the Core API takes numbers
+        problems.append(
+            FieldProblem(field="audience_per_play", message="must be a JSON number, not a string")
+        )
     if "publisher_id" in body:
         problems.append(
             FieldProblem(
@@ -266,7 +293,8 @@ async def list_own_screens(request: Request[Any, Any, Any]) -> Response[bytes]:
 @post(SCREENS_PATH)
 async def register_screen(request: Request[Any, Any, Any]) -> Response[bytes]:
     caller = authorize(request)
-    body = _convert(await json_object(request), ScreenRegistration)
+    given = _without_unchanged(await json_object(request), caller.publisher_id)
+    body = _convert(given, ScreenRegistration)
     if isinstance(body, list):
         return _rejected(body)
     fields = msgspec.structs.asdict(body)
@@ -304,7 +332,7 @@ async def update_screen(
 ) -> Response[bytes]:
     caller = authorize(request)
     screen_id = _screen_id(screen_id)
-    body = await json_object(request)
+    body = _without_unchanged(await json_object(request), caller.publisher_id, screen_id)
     update = _convert(body, ScreenUpdate)
     if isinstance(update, list):
         # 400 before 404, as everywhere: what to fix is said first. The other fields are

@@ -128,6 +128,26 @@ async def test_wrong_method_is_405_with_allow(
     assert allowed in options.headers["allow"]
 
 
+@pytest.mark.parametrize(
+    ("path", "methods"),
+    [
+        (f"{API}/screens", {"GET", "OPTIONS", "POST"}),
+        (f"{API}/screens/{SCREEN}", {"DELETE", "GET", "OPTIONS", "PATCH"}),
+    ],
+)
+async def test_options_names_every_method_of_a_path_as_the_405_does(
+    core: Core, path: str, methods: set[str]
+) -> None:
+    """Litestar 2's automatic OPTIONS named only the methods of the path's first handler
+    (litestar#4169): OPTIONS on the screens list said GET, OPTIONS, where POST works too."""
+    options = await core.client.options(path)
+    assert options.status_code == 204
+    assert set(options.headers["allow"].split(", ")) == methods
+    refused = await core.client.request("TRACE", path, headers=core.auth)
+    assert refused.status_code == 405
+    assert set(refused.headers["allow"].split(", ")) == methods
+
+
 async def test_trailing_slash_gets_the_same_answer(core: Core) -> None:
     screen_id = _moving_screen(core)
     plain = await core.client.get(f"{API}/offers/request/{screen_id}", headers=core.auth)

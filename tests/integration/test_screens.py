@@ -396,6 +396,40 @@ async def test_update_changes_only_the_given_fields(app_client: Client, metro: P
     )
 
 
+async def test_a_screen_sent_back_whole_as_get_gave_it_updates(metro: Publisher) -> None:
+    """A client that reads a screen, edits it and sends it back whole carries the screen's
+    own `id` and `publisher_id`: the same values change nothing, so they are no error."""
+    screen = (await metro.call("GET", f"/{SCREEN_SLOW}")).json()
+    response = await metro.call("PATCH", f"/{SCREEN_SLOW}", {**screen, "name": "Hall B"})
+    assert response.status_code == 200, response.text
+    assert response.json() == {**screen, "name": "Hall B"}
+    upper = {"id": screen["id"].upper(), "publisher_id": screen["publisher_id"].upper()}
+    assert (await metro.call("PATCH", f"/{SCREEN_SLOW}", upper)).status_code == 200
+    own = await metro.call("POST", body={**NEW_SCREEN, "publisher_id": screen["publisher_id"]})
+    assert own.status_code == 201, own.text
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"external_id": "test-display-test"}, "external_id"),  # the demo screen's: unreachable
+        ({"timezone": "localtime"}, "timezone"),  # the host's zone, not a place's
+        ({"timezone": "Factory"}, "timezone"),
+        ({"venue_type": " "}, "venue_type"),
+        ({"audience_per_play": "35.5"}, "audience_per_play"),  # numbers, as the Core API
+    ],
+)
+async def test_values_a_screen_cannot_work_with_are_refused(
+    metro: Publisher, extra: dict[str, Any], field: str
+) -> None:
+    response = await metro.call("POST", body={**NEW_SCREEN, **extra})
+    assert response.status_code == 400, response.text
+    assert [p["field"] for p in response.json()["problems"]] == [field]
+    patched = await metro.call("PATCH", f"/{SCREEN_SLOW}", extra)
+    assert patched.status_code == 400, patched.text
+    assert [p["field"] for p in patched.json()["problems"]] == [field]
+
+
 @pytest.mark.parametrize(
     ("body", "status"),
     [
