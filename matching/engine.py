@@ -124,13 +124,15 @@ def play_price(campaign: CampaignInfo, audience: Decimal, audience_units: int | 
     return play_price_micros(campaign.cpm_cents, audience)
 
 
-# How far an OpenRTB request got, to tell "no asset" from "wrong size" from "wrong MIME".
+# How far a request got, to tell "no asset" from "wrong size" from "wrong MIME" (OpenRTB). A
+# campaign below the minimum is eligible in every other way, creative included, so it
+# outranks them all: something is eligible, only the minimum is not met (Core 422).
 _REASON_RANK: dict[NoMatchReason, int] = {
     "no_eligible": 0,
-    "below_minimum": 1,
-    "no_compatible_asset": 2,
-    "resolution_mismatch": 3,
-    "mime_not_allowed": 4,
+    "no_compatible_asset": 1,
+    "resolution_mismatch": 2,
+    "mime_not_allowed": 3,
+    "below_minimum": 4,
 }
 
 
@@ -232,14 +234,17 @@ class _Scan:
                 # A play whose price rounds to nothing is never offered (an accept must pay
                 # more than 0): not eligible, whatever the minimum; nothing after pays more.
                 break
-            if price < self.min_price_micros:
-                furthest = max(furthest, "below_minimum", key=_REASON_RANK.__getitem__)
-                break  # sorted by price: every campaign after this one pays even less
             creative = pick_creative(campaign, screen, slot)
-            if isinstance(creative, str):
+            if isinstance(creative, str):  # no creative it may show here: not eligible
                 if _REASON_RANK[creative] > _REASON_RANK[furthest]:
                     furthest = creative
                 continue
+            if price < self.min_price_micros:
+                # Eligible, but below the minimum; sorted by price, every campaign after this
+                # one pays even less. (Checked after the creative: a campaign the screen cannot
+                # show is not eligible, and must not turn a 422 into a 404, or a 404 into 422.)
+                furthest = "below_minimum"
+                break
             best.append((campaign, creative))
             best_price = price
         if not best:

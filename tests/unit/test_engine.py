@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from matching.engine import Budget, Match, NoMatch, select
+from matching.engine import Budget, Match, NoMatch, VideoSlot, select
 from matching.inventory import Daypart, Targeting
 from matching.snapshot import Snapshot, build_snapshot
 from tests.factories import (
@@ -332,3 +332,69 @@ def test_nothing_eligible_is_not_below_minimum() -> None:
     # Nothing can serve at all: "no matches", even when a minimum was given (the 404, not 422).
     snap = _snapshot(campaigns=[campaign(status="paused")])
     assert _select(snap, min_price_micros=10**12) == NoMatch("no_eligible")
+
+
+def test_a_campaign_the_screen_cannot_show_does_not_hide_one_below_the_minimum() -> None:
+    """Decisions section 3: 422 when something is eligible but nothing reaches the minimum. A
+    review's static screen with a better-paying video-only campaign got the 404: that campaign
+    was counted as reaching the minimum, then dropped for its creative."""
+    static_only = Targeting(screen_ids=[SCREEN_STATIC])  # as the review's were
+    snap = _snapshot(
+        campaigns=[
+            campaign(id=CAMPAIGN, cpm_cents=Decimal(1000), targeting=static_only),
+            campaign(id=CAMPAIGN_B, cpm_cents=Decimal(300), targeting=static_only),
+        ],
+        creatives=[
+            _only("video", "https://cdn.example/v.mp4", CAMPAIGN),
+            creative(
+                id=uid(10, 6),
+                campaign_id=CAMPAIGN_B,
+                kind="image",
+                url="https://cdn.example/i.jpg",
+            ),
+        ],
+    )
+    served = _select(snap, SCREEN_STATIC)
+    assert isinstance(served, Match)
+    assert served.campaign.id == CAMPAIGN_B
+    above = served.price_micros + 1
+    assert _select(snap, SCREEN_STATIC, min_price_micros=above) == NoMatch("below_minimum")
+
+
+def test_a_campaign_below_the_minimum_the_screen_cannot_show_is_not_eligible() -> None:
+    """Nothing the static screen can show: no matches (404), not "below the minimum" (422),
+    whether the campaign targets the screen or not."""
+    for targeting in (Targeting(), Targeting(screen_ids=[SCREEN_STATIC])):
+        snap = _snapshot(
+            campaigns=[campaign(targeting=targeting)],
+            creatives=[_only("video", "https://cdn.example/v.mp4")],
+        )
+        outcome = _select(snap, SCREEN_STATIC, min_price_micros=10**12)
+        assert isinstance(outcome, NoMatch)
+        assert outcome.reason in ("no_eligible", "no_compatible_asset")
+
+
+def test_an_openrtb_slot_with_an_exact_fit_below_the_floor_is_no_bid_not_a_size_mismatch() -> None:
+    """Decisions section 6: nbr 0 is for "a compatible asset exists but none has exactly w x
+    h"; a campaign that fits exactly but pays less than the floor makes it "minimum not met"
+    (204), whatever a better-paying campaign of the wrong size says."""
+    snap = _snapshot(
+        campaigns=[
+            campaign(id=CAMPAIGN, cpm_cents=Decimal(1000)),
+            campaign(id=CAMPAIGN_B, cpm_cents=Decimal(300)),
+        ],
+        creatives=[
+            creative(id=uid(10, 5), campaign_id=CAMPAIGN, width=1280, height=720),
+            creative(id=uid(10, 6), campaign_id=CAMPAIGN_B),
+        ],
+    )
+    slot = VideoSlot(1920, 1080, None)
+    fits = _select(snap, slot=slot, audience=Decimal(10))
+    assert isinstance(fits, Match)
+    assert fits.campaign.id == CAMPAIGN_B
+    above = fits.price_micros + 1
+    outcome = _select(snap, slot=slot, audience=Decimal(10), min_price_micros=above)
+    assert outcome == NoMatch("below_minimum")
+    assert _select(snap, slot=VideoSlot(640, 360, None), audience=Decimal(10)) == NoMatch(
+        "resolution_mismatch"
+    )
