@@ -43,12 +43,19 @@ def routes(settings: Settings) -> list[Any]:
 async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[bytes]:
     rt = runtime_of(request)
     params = query_values(request.query_params.multi_items(), TRACKING_SIGNED)
+    # A pixel of the deprecated interface says so (contract: Versioning), as every answer of it.
+    # Its URL carries the SSP's macros (`price`, `aud`), a Core VAST's does not; the script's
+    # answer says it for sure when the offer is still known.
+    macros = params is not None and ("price" in params or "aud" in params)
+    deprecated = deprecation_headers(rt.settings) if macros else {}
     if (
         params is None
         or not verify(rt.settings.signing_secrets, path, params, TRACKING_SIGNED)
         or not params["ts"].isdigit()
     ):
-        raise Forbidden("Invalid tracking URL signature", code="INVALID_SIGNATURE")
+        raise Forbidden(
+            "Invalid tracking URL signature", code="INVALID_SIGNATURE", headers=deprecated
+        )
     offer_id, event = params["offer_id"], params["event"]
     payload = {
         "event_id": str(uuid.uuid4()),
@@ -63,12 +70,16 @@ async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[b
         tracked = await rt.hot.track(offer_id, event, now, payload, billing)
     except (RedisError, OSError, TimeoutError):
         raise Unavailable(
-            "The tracking event could not be stored, retry shortly", headers={"Retry-After": "1"}
+            "The tracking event could not be stored, retry shortly",
+            headers={"Retry-After": "1", **deprecated},
         ) from None
-    headers = _PIXEL_HEADERS
-    if tracked.channel == "openrtb":  # a pixel of the deprecated interface says so, too
-        headers = {**_PIXEL_HEADERS, **deprecation_headers(rt.settings)}
-    return Response(PIXEL, media_type="image/gif", headers=headers)
+    if tracked.channel == "openrtb" or (macros and tracked.channel == ""):
+        return Response(
+            PIXEL,
+            media_type="image/gif",
+            headers={**_PIXEL_HEADERS, **deprecation_headers(rt.settings)},
+        )
+    return Response(PIXEL, media_type="image/gif", headers=_PIXEL_HEADERS)
 
 
 async def _billing(rt: Runtime, offer_id: str) -> dict[str, Any]:

@@ -168,8 +168,8 @@ def select(
         found = scan.best(
             sized_candidates(snapshot, screen, slot), screen, audience, audience_units, slot
         )
-        if isinstance(found, Match):
-            return found
+        if isinstance(found, Match) or found.reason == "below_minimum":
+            return found  # below the minimum outranks every reason the whole list could give
     return scan.best(candidates(snapshot, screen), screen, audience, audience_units, slot)
 
 

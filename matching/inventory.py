@@ -10,10 +10,9 @@ import re
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
-from functools import cache
 from typing import Literal
 from urllib.parse import urlsplit
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
@@ -179,19 +178,15 @@ MAX_AUDIENCE_PER_PLAY = Decimal(10) ** 10
 #: offer, so no screen may take it as its external id (it could never be reached by it).
 DEMO_EXTERNAL_ID = "test-display-test"
 #: Names in the zone database that are no place's time zone: `localtime` is the host's own
-#: zone (a screen's dayparts would then depend on where a worker runs), `Factory` a placeholder.
-_NOT_A_PLACE = frozenset({"localtime", "Factory"})
-
-
-@cache
-def _time_zones() -> frozenset[str]:
-    return frozenset(available_timezones()) - _NOT_A_PLACE
+#: zone (a screen's dayparts would then depend on where a worker runs), `posixrules` the host's
+#: default rules, `Factory` a placeholder.
+_NOT_A_PLACE = frozenset({"localtime", "posixrules", "Factory"})
 
 
 def is_time_zone(name: str) -> bool:
-    """Whether `name` is an IANA time zone of a place (`Europe/Berlin`, `UTC`), as the zone
-    database names it (case included)."""
-    if name not in _time_zones():
+    """Whether `name` is an IANA time zone of a place (`Europe/Berlin`, `UTC`) that the zone
+    database holds, spelt as it spells it."""
+    if name in _NOT_A_PLACE:
         return False
     try:
         ZoneInfo(name)

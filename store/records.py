@@ -185,21 +185,19 @@ class RecordWriter:
                     self._waiting.pop((entry.stream, entry.entry_id), None)
                 return claimed
         due = self._due_waiting()
+        if due:  # a batch of their own: one still refused must not split a batch of new ones
+            return due
         streams: dict[Any, Any] = {key: ">" for key in queue_keys()}
         try:
             raw: Any = await self.redis.xreadgroup(
-                QUEUE_GROUP,
-                self.consumer,
-                streams,
-                count=self.batch_size,
-                block=None if due else self._block_ms(),
+                QUEUE_GROUP, self.consumer, streams, count=self.batch_size, block=self._block_ms()
             )
         except ResponseError as exc:
             if "NOGROUP" in str(exc):  # the streams were deleted (FLUSHALL): recreate
                 self._groups_ready = False
                 return []
             raise
-        batch = due
+        batch: list[Entry] = []
         for stream, entries in raw or []:
             batch += _entries(_text(stream), entries)
         return batch

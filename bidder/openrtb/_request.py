@@ -170,7 +170,11 @@ def _lenient_view(tree: Any) -> BidRequestView:
     if request is None:
         raise _invalid("INVALID_REQUEST", "The body is not a BidRequest (a JSON object)")
     raw_imps = request.get("imp")
-    imps = [_lenient_imp(imp) for imp in raw_imps] if type(raw_imps) is list else None
+    imps: list[Imp] | None = None
+    if type(raw_imps) is list:
+        # Only the count matters unless there is exactly one (a 1 MB `[1, 1, ...]` must not
+        # become half a million Imps).
+        imps = [_lenient_imp(raw_imps[0])] if len(raw_imps) == 1 else [Imp()] * len(raw_imps)
     return BidRequestView(id=request.get("id"), at=request.get("at"), imp=imps)
 
 
@@ -182,7 +186,9 @@ def _lenient_imp(value: Any) -> Imp:
     return Imp(
         id=imp.get("id"),
         tagid=imp.get("tagid"),
-        video=Video(video.get("w"), video.get("h"), video.get("mimes")) if video else None,
+        video=(
+            Video(video.get("w"), video.get("h"), video.get("mimes")) if video is not None else None
+        ),
         banner=imp.get("banner"),
         pmp=Pmp(pmp.get("deals")) if pmp is not None else None,
         qty=Qty(qty.get("multiplier")) if qty is not None else _sent(imp.get("qty")),

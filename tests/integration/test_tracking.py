@@ -110,6 +110,9 @@ async def test_an_openrtb_pixel_carries_the_deprecation_headers_and_a_core_one_d
         response = await live.client.get(fired(tracking_of(bid)[event]))
         assert response.status_code == 200
         assert_deprecated(response)
+    forged = await live.client.get(fired(tracking_of(bid)["start"]).replace("token=", "token=x"))
+    assert forged.status_code == 403
+    assert_deprecated(forged)  # told by the URL's macros, before any offer is read
     headers = await seeded(live)
     offer = await live.client.get(
         f"/functions/v1/api/offers/request/{f.SCREEN_MOVING}?vast=true", headers=headers
@@ -123,6 +126,9 @@ async def test_an_openrtb_pixel_carries_the_deprecation_headers_and_a_core_one_d
     assert response.content == PIXEL
     assert "Deprecation" not in response.headers
     assert "Link" not in response.headers
+    forged = await live.client.get(core_pixel.replace("token=", "token=x"))
+    assert forged.status_code == 403
+    assert "Deprecation" not in forged.headers
 
 
 async def test_every_event_is_recorded_and_only_the_impression_bills(live: Live) -> None:

@@ -107,6 +107,9 @@ def test_a_string_that_is_not_utf8_is_malformed_json(raw: bytes) -> None:
         ({"imp__0__tagid": "", "imp__0__video": 5}, "NO_EXTERNAL_SCREEN_ID"),
         ({"imp__0__qty": 119, "imp__0__ext": {"totalaud": 119}}, "NO_TOTAL_AUDIENCE"),
         ({"imp__0__qty": None, "imp__0__ext": [119]}, "NO_TOTAL_AUDIENCE"),
+        # An empty video object is a video object, on either path (second reading)
+        ({"imp__0__video": {}}, "NO_RESOLUTION"),
+        ({"imp__0__video": {}, "imp__0__pmp": "x"}, "NO_RESOLUTION"),
     ],
 )
 def test_a_container_of_the_wrong_type_counts_against_its_rule(
@@ -117,13 +120,14 @@ def test_a_container_of_the_wrong_type_counts_against_its_rule(
     assert code_of(json.dumps(body(**changes)).encode()) == code
 
 
-def test_the_impressions_are_counted_whatever_their_type() -> None:
-    raw = json.dumps(body(imp=[body()["imp"][0], "x", 7])).encode()
+@pytest.mark.parametrize("imps", [3, 100_000])
+def test_the_impressions_are_counted_whatever_their_type(imps: int) -> None:
+    raw = json.dumps(body(imp=[body()["imp"][0], "x", *[7] * (imps - 2)])).encode()
     with pytest.raises(BadRequest) as caught:
         parse_bid_request(raw)
     assert (caught.value.code, caught.value.details) == (
         "MULTI_IMP_NOT_SUPPORTED",
-        {"imp_count": 3},
+        {"imp_count": imps},
     )
 
 
