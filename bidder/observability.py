@@ -154,6 +154,18 @@ class Metrics:
             "openrtb_no_bids", "OpenRTB no-bids by reason", ["reason"], registry=r
         )
         self.offers = Counter("offers", "Core offers by outcome", ["outcome"], registry=r)
+        self.bid_outcomes = Counter(
+            "openrtb_bid_outcomes",
+            "OpenRTB bids by outcome: billed (impression paid), expired (released at expiry)",
+            ["outcome"],
+            registry=r,
+        )
+        self.loss_notices = Counter(
+            "openrtb_loss_notices",
+            "OpenRTB loss notices: first (per bid), retry, unknown (bid no longer known)",
+            ["kind"],
+            registry=r,
+        )
         # Labelled children by label value, resolved once: `labels()` costs more than `inc()`.
         self._children: dict[tuple[str, str], Any] = {}
         # Every worker reads the same queue: across workers, the latest reading is the figure.
@@ -200,6 +212,15 @@ class Metrics:
         rejected, expired)."""
         if count:
             self._child(self.offers, "offers", outcome).inc(count)
+
+    def count_bid_outcome(self, outcome: str, count: int = 1) -> None:
+        """`count` more OpenRTB bids with this outcome (billed, expired)."""
+        if count:
+            self._child(self.bid_outcomes, "bid_outcomes", outcome).inc(count)
+
+    def count_loss_notice(self, kind: str) -> None:
+        """One more OpenRTB loss notice (first, retry, unknown)."""
+        self._child(self.loss_notices, "loss_notices", kind).inc()
 
     def count_no_bid(self, reason: str) -> None:
         """One more OpenRTB no-bid for this reason."""

@@ -337,8 +337,8 @@ class Runtime:
                 expired = await self.hot.expire_due(utcnow())
                 if expired:
                     log.info("offers expired", extra={"count": sum(expired.values())})
-                    # A Core offer's outcome; an expired OpenRTB bid is counted by no metric.
                     self.metrics.count_offer("expired", expired.get("core", 0))
+                    self.metrics.count_bid_outcome("expired", expired.get("openrtb", 0))
             except (RedisError, OSError):
                 continue
             except Exception:

@@ -73,6 +73,8 @@ async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[b
             "The tracking event could not be stored, retry shortly",
             headers={"Retry-After": "1", **deprecated},
         ) from None
+    if tracked.status == "billed":
+        rt.metrics.count_bid_outcome("billed")
     if tracked.channel == "openrtb" or (macros and tracked.channel == ""):
         return Response(
             PIXEL,

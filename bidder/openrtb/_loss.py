@@ -90,12 +90,13 @@ async def handle_loss(request: Request[Any, Any, Any], offer_id: str) -> Answer:
         "body": _diagnostic_body(raw_body) if request.method == "POST" else None,
     }
     try:
-        await rt.hot.loss(offer_id, now, payload)
+        kind, _ = await rt.hot.loss(offer_id, now, payload)
     except (RedisError, OSError, TimeoutError):
         raise Unavailable(
             "The loss notice could not be stored; retry with backoff, the URL stays valid",
             headers={"Retry-After": "5"},
         ) from None
+    rt.metrics.count_loss_notice(kind)
     return no_content(settings)
 
 

@@ -131,6 +131,21 @@ async def test_an_openrtb_pixel_carries_the_deprecation_headers_and_a_core_one_d
     assert "Deprecation" not in forged.headers
 
 
+async def test_bid_outcomes_and_loss_notices_are_counted(live: Live) -> None:
+    """An operator watches the impression-billing and loss-notice rates (shared decisions:
+    metrics of offers by outcome); before, an OpenRTB bid's outcome was counted nowhere."""
+    billed, lost = await make_bid(live), await make_bid(live)
+    for _ in range(2):  # billed once, however often it fires
+        assert (await live.client.get(fired(tracking_of(billed)["impression"]))).status_code == 200
+    for _ in range(2):  # the first notice, then a retry
+        response = await live.client.get(local(substitute(lost["lurl"])))
+        assert response.status_code == 204
+    metrics = (await live.client.get("/metrics")).text
+    assert 'openrtb_bid_outcomes_total{outcome="billed"} 1.0' in metrics
+    assert 'openrtb_loss_notices_total{kind="first"} 1.0' in metrics
+    assert 'openrtb_loss_notices_total{kind="retry"} 1.0' in metrics
+
+
 async def test_every_event_is_recorded_and_only_the_impression_bills(live: Live) -> None:
     bid = await make_bid(live)
     urls = tracking_of(bid)
@@ -220,6 +235,9 @@ async def test_a_bid_never_answered_is_released_at_expiry(servers: ServerUrls, c
         # An impression after expiry does not bill.
         assert (await live.client.get(fired(tracking_of(bid)["impression"]))).status_code == 200
         assert (await budget(live)).spent == 0
+        metrics = (await live.client.get("/metrics")).text
+        assert 'openrtb_bid_outcomes_total{outcome="expired"} 1.0' in metrics
+        assert 'outcome="billed"' not in metrics
 
 
 async def test_a_stalled_redis_gets_the_pixel_a_503_at_once(live: Live) -> None:
