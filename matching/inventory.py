@@ -526,8 +526,15 @@ def _validate_creatives(check: _Checker, creatives: list[Creative], campaigns: s
             parts = urlsplit(cre.url)
         except ValueError:  # an unbalanced [ or ] in the host part
             parts = urlsplit("")
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            check.add("creatives", i, cre.id, "url", "must be an http or https URL")
+        if parts.scheme not in ("http", "https") or not parts.netloc or cre.url != cre.url.strip():
+            # Python's urlsplit drops leading blanks; a player would get them in `asset_url`.
+            check.add(
+                "creatives",
+                i,
+                cre.id,
+                "url",
+                "must be an http or https URL (without blanks around it)",
+            )
         elif not _host_part_ok(parts.netloc):
             check.add(
                 "creatives",

@@ -409,6 +409,16 @@ CASES: list[tuple[str, Callable[[], InventoryDocument], set[Where]]] = [
         {("creatives", 0, "url")},
     ),
     (
+        "asset URL with a blank before it (urlsplit drops it; the player would get it)",
+        lambda: basic_document(creatives=[creative(url=" https://cdn.example/a.mp4")]),
+        {("creatives", 0, "url")},
+    ),
+    (
+        "asset URL with a blank after it",
+        lambda: basic_document(creatives=[creative(url="https://cdn.example/a.mp4 ")]),
+        {("creatives", 0, "url"), ("creatives", 0, "kind")},
+    ),
+    (
         "asset URL with a % in its host part",
         lambda: basic_document(creatives=[creative(url="https://us:pa%ss@cdn.example/a.mp4")]),
         {("creatives", 0, "url")},
