@@ -52,10 +52,15 @@ def healthz_head() -> Response[None]:
     return health.head_answer(_ALIVE, 200)
 
 
+#: Prometheus' content type without its charset, which Litestar appends to any text/* type
+#: (it went out twice: `...; charset=utf-8; charset=utf-8`).
+_METRICS_TYPE = CONTENT_TYPE_LATEST.replace("; charset=utf-8", "")
+
+
 @get("/metrics", sync_to_thread=False)
 def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
     metrics: Metrics = request.app.state.metrics
-    return Response(exposition(metrics), media_type=CONTENT_TYPE_LATEST)
+    return Response(exposition(metrics), media_type=_METRICS_TYPE)
 
 
 def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litestar:

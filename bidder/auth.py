@@ -29,6 +29,14 @@ def hash_key(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 
 
+def shown_as_id(value: str) -> str:
+    """`value` quoted for a message saying it is no id, unless it is an API key (an operator
+    who pasted the key where its key id belongs): a key is never repeated anywhere."""
+    if value.startswith(("dk_live_", "dk_stg_")):
+        return "an API key (not repeated here; give its key id)"
+    return repr(value)
+
+
 def bearer_token(header: str | None) -> str | None:
     """The token of an `Authorization: Bearer <token>` header, or None."""
     if not header:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import asyncpg
 import msgspec
 
+from bidder.auth import shown_as_id
 from bidder.observability import configure_logging
 from bidder.settings import Settings, load_settings
 from store.postgres import CONNECT_ERRORS, Conn, create_pool, describe_connect_error
@@ -36,7 +37,7 @@ def uuid_argument(value: str) -> str:
     try:
         return str(uuid.UUID(value))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a UUID: {value!r}") from None
+        raise argparse.ArgumentTypeError(f"not a UUID: {shown_as_id(value)}") from None
 
 
 def formatted_json(value: Any) -> bytes:

@@ -11,7 +11,7 @@ from litestar import MediaType, Request, Response
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
-from bidder.auth import admin_token_ok
+from bidder.auth import admin_token_ok, shown_as_id
 from bidder.errors import UNREADABLE_JSON, BadRequest, Unauthorized
 from matching.inventory import Problem
 
@@ -69,4 +69,4 @@ def path_uuid(value: str, name: str) -> str:
     try:
         return str(uuid.UUID(value))
     except ValueError:
-        raise BadRequest(f"{name} must be a UUID, got {value!r}") from None
+        raise BadRequest(f"{name} must be a UUID, got {shown_as_id(value)}") from None

@@ -177,6 +177,17 @@ async def test_revoking_an_unknown_or_malformed_key_id(
     assert isinstance(response.json()["error"], str)
 
 
+async def test_a_key_pasted_where_its_key_id_belongs_is_not_repeated(app_client: Client) -> None:
+    """Secrets never reach a log or an answer: the 400 said "got 'dk_stg_...'" (operator
+    review), and answers can end up in logs and tickets."""
+    created = (await app_client.post(f"/admin/v1/publishers/{PUB}/api-keys", headers=ADMIN)).json()
+    response = await app_client.delete(f"/admin/v1/api-keys/{created['api_key']}", headers=ADMIN)
+    assert response.status_code == 400
+    assert created["api_key"] not in response.text
+    assert created["api_key"][len("dk_stg_") :] not in response.text
+    assert "key id" in response.json()["error"]
+
+
 # -- campaigns and budgets --------------------------------------------------------------------
 
 

@@ -81,6 +81,8 @@ async def test_metrics_count_requests_by_route(
             await client.get("/healthz")
         metrics = await client.get("/metrics")
         assert metrics.status_code == 200
+        # Prometheus' exposition format, its charset named once (it went out twice).
+        assert metrics.headers["content-type"] == "text/plain; version=1.0.0; charset=utf-8"
         text = metrics.text
         assert 'http_requests_total{method="GET",route="/healthz",status="200"} 3.0' in text
         # Refused by the router (no route, or not its method): counted too, as "unmatched".
