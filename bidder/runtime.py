@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gc
 import logging
 import time
@@ -196,7 +197,11 @@ class Runtime:
             return "unresponsive"
         probe = self._postgres_probe
         if probe is None or probe.done():
-            probe = self._postgres_probe = asyncio.create_task(self._probe_postgres())
+            # A context of its own: started by whichever request asked first, it (and the
+            # pool's reconnect task it may start) must not log under that request's id.
+            probe = self._postgres_probe = asyncio.create_task(
+                self._probe_postgres(), context=contextvars.Context()
+            )
         done, _ = await asyncio.wait({probe}, timeout=wait)
         if not done or probe.cancelled():  # cancelled: the runtime is stopping
             return "unresponsive"

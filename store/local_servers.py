@@ -49,6 +49,20 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, log: Pat
     raise LocalServerError(f"{name} did not listen on port {port} within {_START_TIMEOUT_S}s")
 
 
+def _port_open(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        return True
+    return False
+
+
+def _wait_port_closed(port: int, name: str) -> None:
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while _port_open(port):
+        if time.monotonic() > deadline:
+            raise LocalServerError(f"{name} left by an earlier run did not stop on port {port}")
+        time.sleep(0.05)
+
+
 def stop_process(proc: subprocess.Popen[bytes], stop_signal: int, timeout: float) -> None:
     """Send `stop_signal` and wait up to `timeout` seconds; kill when it does not exit."""
     if proc.poll() is not None:
@@ -137,6 +151,8 @@ class RedisServer:
 
     def start(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
+        if _port_open(self.port):
+            self._stop_orphan()
         log = self.folder / "redis.log"
         args = [
             str(redis_server_binary()),
@@ -166,6 +182,25 @@ class RedisServer:
         )
         _wait_for_port(self.port, self.proc, "redis", log)
         self._wait_loaded()
+
+    def _stop_orphan(self) -> None:
+        """A server on our port: ours, left running by a run that was killed (it runs in a
+        session of its own), when its data folder is ours. It is shut down (its append-only
+        file keeps the data) so that the server started now is the one `stop` stops; anything
+        else on the port is an error, not silently used."""
+        with socket.create_connection(("127.0.0.1", self.port), 2.0) as conn:
+            conn.sendall(b"*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$3\r\ndir\r\n")
+            conn.settimeout(2.0)
+            reply = conn.recv(4096)
+            if str(self.folder.resolve()).encode() not in reply:
+                raise LocalServerError(
+                    f"port {self.port} is taken by another program; choose another port"
+                )
+            log_line = f"redis: stopping the server an earlier run left on port {self.port}\n"
+            with (self.folder / "redis.log").open("a") as out:
+                out.write(log_line)
+            conn.sendall(b"*1\r\n$8\r\nSHUTDOWN\r\n")
+        _wait_port_closed(self.port, "redis")
 
     def _wait_loaded(self) -> None:
         """The port opens before the append-only file is read back; wait for PONG, not LOADING."""
@@ -236,6 +271,19 @@ class PostgresServer:
 
     def start(self) -> None:
         self._init_cluster()
+        orphan = self._ours_running()
+        if orphan:
+            # Left running by a run that was killed (a session of its own): stop it, so that
+            # the server started now is the one `stop` stops (a restart used to reach the old
+            # one, fail its own start unseen, and "stop" nothing at exit).
+            os.kill(orphan, signal.SIGINT)  # fast shutdown: clean, nothing lost
+            deadline = time.monotonic() + 60
+            while self._alive():
+                if time.monotonic() > deadline:
+                    raise LocalServerError(
+                        f"postgres left by an earlier run (pid {orphan}) did not stop"
+                    )
+                time.sleep(0.05)
         (self.data_dir / "postmaster.pid").unlink(missing_ok=True) if not self._alive() else None
         log = self.folder / "postgres.log"
         args = [
@@ -287,16 +335,28 @@ class PostgresServer:
             time.sleep(0.05)
         raise LocalServerError("postgres did not accept connections in time")
 
-    def _alive(self) -> bool:
+    def _ours_running(self) -> int:
+        """The pid of a postmaster of this data folder still running, or 0: the pid file's
+        process, when its command line names the folder (a pid reused by another program
+        after a reboot is never signalled)."""
+        pid = self._alive()
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes() if pid else b""
+        except OSError:
+            return 0
+        return pid if str(self.data_dir).encode() in cmdline else 0
+
+    def _alive(self) -> int:
+        """The pid of a postmaster running on this data folder, or 0."""
         pidfile = self.data_dir / "postmaster.pid"
         if not pidfile.exists():
-            return False
+            return 0
         try:
             pid = int(pidfile.read_text().split()[0])
             os.kill(pid, 0)
-        except (ValueError, IndexError, ProcessLookupError, PermissionError):
-            return False
-        return True
+        except (ValueError, IndexError, ProcessLookupError, PermissionError, OSError):
+            return 0
+        return pid
 
     def stop(self, *, kill: bool = False) -> None:
         if self.proc is None:

@@ -111,7 +111,10 @@ class Report:
         lines += [f"REPAIRED {cid}" for cid in self.repaired]
         lines += [f"MOVED {cid}: counters changed while reconciling, rerun" for cid in self.moved]
         if not self.differing:
-            lines.append("OK: every campaign balances (budget = remaining + reserved + spent)")
+            lines.append(
+                "OK: Redis agrees with the records for every campaign (reserved = its open "
+                "offers, spent = its billing records, total = Postgres' budget)"
+            )
         return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from bidder.app import create_app
+from bidder.observability import request_id_var
 from bidder.runtime import Runtime
 from store.local_servers import PostgresServer, free_port
 from store.postgres import migrate
@@ -155,3 +156,26 @@ async def test_callers_racing_the_first_connect_share_one_pool(servers: ServerUr
     assert rt.pool is not None
     assert rt.pool.is_closing()
     assert await rt.postgres_state() == "unresponsive"  # stopped: no new probe, no new pool
+
+
+async def test_the_shared_postgres_probe_does_not_log_under_the_request_that_started_it(
+    servers: ServerUrls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe (and the pool's reconnect task it may start) outlives the request that asked
+    first; a fault review saw asyncpg's reconnect warnings carry an old admin request's id."""
+    rt = Runtime(make_settings(servers, RECORD_WRITER="0"))
+    seen: list[str] = []
+    probe = rt._probe_postgres
+
+    async def recording() -> str:
+        seen.append(request_id_var.get())
+        return await probe()
+
+    monkeypatch.setattr(rt, "_probe_postgres", recording)
+    token = request_id_var.set("a-request")
+    try:
+        assert await rt.postgres_state(wait=5) == "ok"
+    finally:
+        request_id_var.reset(token)
+        await rt.stop()
+    assert seen == ["-"]
