@@ -137,9 +137,7 @@ class Front:
         found = self.route(scope)
         if found is None or not _host_ok(scope):
             if scope.get("method") == "OPTIONS":
-                send = self._allowing(scope, send)
-                if scope["path"].startswith(OPENRTB_PREFIX):
-                    send = self._deprecated(send)
+                send = self._options(scope, send)
             receive = bounded_receive(scope, receive, self.body_timeout)
             await self.inner(scope, receive, send)
             return
@@ -159,34 +157,24 @@ class Front:
             elapsed = time.perf_counter() - start
             observer.end(token, route.label, route.method, status, elapsed)
 
-    def _allowing(self, scope: Scope, send: Send) -> Send:
-        """`send` giving Litestar's automatic OPTIONS answer the `Allow` of every method of the
-        path: Litestar 2 names only those of the path's first handler (litestar#4169), so
-        OPTIONS on the screens list said `GET, OPTIONS` where POST works too."""
+    def _options(self, scope: Scope, send: Send) -> Send:
+        """`send` mending Litestar's automatic OPTIONS answer: its `Allow` names every method
+        of the path (Litestar 2 names only those of the path's first handler, litestar#4169,
+        so OPTIONS on the screens list said `GET, OPTIONS` where POST works too), and on the
+        OpenRTB paths it carries the deprecation headers, as every answer of that interface."""
         table = self.options_allow
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                allow = table.get(id(scope.get("route_handler")))
-                if allow is not None:
-                    headers = [
-                        (k, v) for k, v in message.get("headers", ()) if k.lower() != b"allow"
-                    ]
-                    message = {**message, "headers": [*headers, (b"allow", allow)]}
-            await send(message)
-
-        return sending
-
-    def _deprecated(self, send: Send) -> Send:
-        """`send` adding the deprecation headers to Litestar's automatic OPTIONS answer on the
-        OpenRTB paths: the contract wants them on every response of that interface."""
-        extra = self.deprecation_headers
+        extra = self.deprecation_headers if scope["path"].startswith(OPENRTB_PREFIX) else ()
 
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", ()))
-                if not any(name.lower() == b"deprecation" for name, _ in headers):
-                    message = {**message, "headers": [*headers, *extra]}
+                allow = table.get(id(scope.get("route_handler")))
+                if allow is not None:
+                    headers = [(k, v) for k, v in headers if k.lower() != b"allow"]
+                    headers.append((b"allow", allow))
+                if extra and not any(name.lower() == b"deprecation" for name, _ in headers):
+                    headers += extra
+                message = {**message, "headers": headers}
             await send(message)
 
         return sending

@@ -75,13 +75,11 @@ async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[b
         ) from None
     if tracked.status == "billed":
         rt.metrics.count_bid_outcome("billed")
-    if tracked.channel == "openrtb" or (macros and tracked.channel == ""):
-        return Response(
-            PIXEL,
-            media_type="image/gif",
-            headers={**_PIXEL_HEADERS, **deprecation_headers(rt.settings)},
-        )
-    return Response(PIXEL, media_type="image/gif", headers=_PIXEL_HEADERS)
+    if tracked.channel == "openrtb" and not deprecated:
+        deprecated = deprecation_headers(rt.settings)
+    elif tracked.channel == "core":
+        deprecated = {}
+    return Response(PIXEL, media_type="image/gif", headers={**_PIXEL_HEADERS, **deprecated})
 
 
 async def _billing(rt: Runtime, offer_id: str) -> dict[str, Any]:

@@ -43,7 +43,7 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, log: Pat
         if proc.poll() is not None:
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             raise LocalServerError(f"{name} exited with {proc.returncode} at start:\n{tail}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        if _port_open(port):
             return
         time.sleep(0.05)
     raise LocalServerError(f"{name} did not listen on port {port} within {_START_TIMEOUT_S}s")

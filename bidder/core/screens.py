@@ -24,7 +24,14 @@ from bidder.core._common import CORE_PREFIX, Caller, authorize, json_object, jso
 from bidder.errors import BadRequest, NotFound, ServiceError, Unavailable
 from bidder.field_problems import UNKNOWN_FIELD, type_problems
 from bidder.web import postgres
-from matching.inventory import InventoryDocument, Problem, Screen, ScreenType, validate_document
+from matching.inventory import (
+    InventoryDocument,
+    Problem,
+    Screen,
+    ScreenType,
+    canonical_uuid,
+    validate_document,
+)
 from store.inventory_repo import InventoryRejected, fetch_screen, import_document, list_screens
 from store.postgres import Conn
 
@@ -103,12 +110,7 @@ def _without_unchanged(
 
 
 def _same_uuid(value: Any, expected: str) -> bool:
-    if not isinstance(value, str):
-        return False
-    try:
-        return str(uuid.UUID(value)) == expected
-    except ValueError:
-        return False
+    return isinstance(value, str) and canonical_uuid(value) == expected
 
 
 def _not_settable(body: dict[str, Any], into: type[msgspec.Struct]) -> list[FieldProblem]:
