@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
+import asyncpg
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
@@ -33,3 +34,12 @@ def parsed(body: bytes) -> Any:
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+async def fetchval(servers: ServerUrls, sql: str, *params: Any) -> Any:
+    """One value from the session's Postgres, on a connection of its own."""
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        return await conn.fetchval(sql, *params)
+    finally:
+        await conn.close()

@@ -11,12 +11,11 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-import asyncpg
 import pytest
 
 from tests.conftest import ADMIN_TOKEN, ServerUrls
 from tests.factories import ADV, CAMPAIGN, PUB, PUB_OTHER, SCREEN_MOVING, make_key, uid
-from tests.integration._admin_helpers import ADMIN, Client, parsed, started_client
+from tests.integration._admin_helpers import ADMIN, Client, fetchval, parsed, started_client
 
 
 @pytest.fixture
@@ -215,11 +214,7 @@ async def test_put_is_idempotent_and_upserts(app_client: Client) -> None:
 
 
 async def _stored_version(servers: ServerUrls) -> int:
-    conn = await asyncpg.connect(servers.database_url)
-    try:
-        version: int = await conn.fetchval("SELECT version FROM inventory_version")
-    finally:
-        await conn.close()
+    version: int = await fetchval(servers, "SELECT version FROM inventory_version")
     return version
 
 

@@ -24,7 +24,14 @@ from store.inventory_repo import load_api_keys
 from store.local_servers import free_port
 from tests.conftest import ServerUrls, make_settings, wait_for_inventory
 from tests.factories import CAMPAIGN, PUB, SCREEN_MOVING, basic_document, make_key, seed, uid
-from tests.integration._admin_helpers import ADMIN, Client, bearer, parsed, started_client
+from tests.integration._admin_helpers import (
+    ADMIN,
+    Client,
+    bearer,
+    fetchval,
+    parsed,
+    started_client,
+)
 from tests.integration._core_helpers import live_app
 
 
@@ -254,14 +261,9 @@ async def test_a_top_up_raises_the_total_at_once_and_in_postgres(
     assert budgets[CAMPAIGN].total == 100_250_500_001
 
 
-async def _stored_total(database_url: str) -> Decimal:
-    conn = await asyncpg.connect(database_url)
-    try:
-        total: Decimal = await conn.fetchval(
-            "SELECT budget_cents FROM campaigns WHERE id = $1", uuid.UUID(CAMPAIGN)
-        )
-    finally:
-        await conn.close()
+async def _stored_total(servers: ServerUrls) -> Decimal:
+    sql = "SELECT budget_cents FROM campaigns WHERE id = $1"
+    total: Decimal = await fetchval(servers, sql, uuid.UUID(CAMPAIGN))
     return total
 
 
@@ -284,7 +286,7 @@ async def test_concurrent_top_ups_never_pass_the_largest_total(
         )
     statuses = sorted(r.status_code for r in responses)
     assert statuses == [200] * 2 + [400] * 8, [r.text for r in responses]
-    assert await _stored_total(servers.database_url) == Decimal("8000100000")
+    assert await _stored_total(servers) == Decimal("8000100000")
 
 
 async def test_a_top_up_postgres_committed_is_a_success_while_redis_is_down(
@@ -302,7 +304,7 @@ async def test_a_top_up_postgres_committed_is_a_success_while_redis_is_down(
     body = parsed(response.content)
     assert body["budget_cents"] == Decimal("100007")
     assert body["budget"] is None
-    assert await _stored_total(servers.database_url) == Decimal("100007")
+    assert await _stored_total(servers) == Decimal("100007")
     # The worker with a working Redis (app_client) copies the new total at its next reload.
     redis = connect(servers.redis_url, timeout=2.0)
     try:

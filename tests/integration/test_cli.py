@@ -15,14 +15,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import msgspec
 import pytest
 
 from bidder.demo import demo_document
 from tests.conftest import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls
 from tests.factories import CAMPAIGN, PUB, uid
-from tests.integration._admin_helpers import parsed
+from tests.integration._admin_helpers import fetchval, parsed
 from tests.integration.test_admin_inventory import full_document
 
 
@@ -60,14 +59,6 @@ def audit_lines(done: subprocess.CompletedProcess[bytes]) -> list[dict[str, Any]
     """The `bidder.audit` JSON lines a command wrote on stderr."""
     lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith(b"{")]
     return [line for line in lines if line.get("logger") == "bidder.audit"]
-
-
-async def fetchval(servers: ServerUrls, sql: str, *params: Any) -> Any:
-    conn = await asyncpg.connect(servers.database_url)
-    try:
-        return await conn.fetchval(sql, *params)
-    finally:
-        await conn.close()
 
 
 async def test_commands_on_postgres_alone_need_only_database_url(
