@@ -7,6 +7,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import cast
 
 import pytest
 import uvloop
@@ -16,7 +17,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from store.local_servers import free_port
-from store.pipelined import PipelinedRedis, PipelinedScript
+from store.pipelined import BATCH_COMMANDS, PipelinedRedis, PipelinedScript
 from tests.conftest import ServerUrls
 
 
@@ -51,6 +52,39 @@ async def test_concurrent_calls_get_their_own_replies(piped: PipelinedRedis) -> 
     for i, reply in enumerate(replies):
         totals[i % 7] = totals.get(i % 7, 0) + i
         assert reply == totals[i % 7]
+
+
+async def test_a_busy_tick_writes_a_batch_as_soon_as_it_is_full(piped: PipelinedRedis) -> None:
+    """Commands of one tick leave together, but no write waits for more than BATCH_COMMANDS:
+    Redis starts on the first ones while the loop is still making the others."""
+    await piped.connected()
+    transport = piped._transport
+    assert transport is not None
+    writes: list[int] = []
+
+    class Counting:
+        def write(self, data: bytes) -> None:
+            writes.append(data.count(b"ECHO"))
+            assert transport is not None
+            transport.write(data)
+
+        def is_closing(self) -> bool:
+            assert transport is not None
+            return transport.is_closing()
+
+        def abort(self) -> None:
+            assert transport is not None
+            transport.abort()
+
+    piped._transport = cast(asyncio.Transport, Counting())
+    count = 2 * BATCH_COMMANDS + 3
+    calls = [asyncio.ensure_future(piped.execute("ECHO", f"v{i}")) for i in range(count)]
+    replies = await asyncio.gather(*calls)  # all their first steps run in one tick
+    assert replies == [f"v{i}".encode() for i in range(count)]
+    assert writes == [BATCH_COMMANDS, BATCH_COMMANDS, 3]
+    one = await piped.execute("ECHO", "alone")  # a quiet tick: one command, one write
+    assert one == b"alone"
+    assert writes[3:] == [1]
 
 
 async def test_script_loads_itself_once_and_runs(
