@@ -19,6 +19,7 @@ import asyncpg
 
 from bidder.admin import (
     apply_top_up,
+    check_idempotency_key,
     deal_view,
     load_campaign,
     offer_view,
@@ -78,8 +79,10 @@ def _campaign_show(args: argparse.Namespace) -> int:
 
 def _campaign_top_up(args: argparse.Namespace) -> int:
     async def view(conn: Conn, hot: HotState) -> Any:
-        campaign = await apply_top_up(conn, hot, args.campaign_id, args.add_cents)
-        return await with_budget(hot, campaign, redis_optional=True)
+        done = await apply_top_up(conn, hot, args.campaign_id, args.add_cents, args.key)
+        if done.replayed:
+            print("this idempotency key's top-up was already done: nothing added", file=sys.stderr)
+        return await with_budget(hot, done.campaign, redis_optional=True)
 
     return _run(view)
 
@@ -96,6 +99,13 @@ def _deal_show(args: argparse.Namespace) -> int:
         return await deal_view(_CliSource(conn, hot), args.deal_id)
 
     return _run(view)
+
+
+def _idempotency_key(value: str) -> str:
+    try:
+        return check_idempotency_key(value) or value
+    except ServiceError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def _cents(value: str) -> Decimal:
@@ -117,6 +127,13 @@ def register(subparsers: Any) -> None:
     )
     top_up.add_argument("campaign_id", type=uuid_argument, metavar="CAMPAIGN_ID")
     top_up.add_argument("add_cents", type=_cents, metavar="ADD_CENTS")
+    top_up.add_argument(
+        "--idempotency-key",
+        dest="key",
+        type=_idempotency_key,
+        metavar="KEY",
+        help="makes a retry safe: the same KEY again adds nothing (say, a UUID per top-up)",
+    )
     top_up.set_defaults(func=_campaign_top_up)
 
     offers = subparsers.add_parser("offers", help="an offer's status and price")

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 import msgspec
@@ -480,32 +480,95 @@ class TotalTooHigh(Exception):
     """A top-up would take a campaign's total past the most it may be; nothing was changed."""
 
 
+class KeyReused(Exception):
+    """An idempotency key already named a top-up of another campaign or amount; nothing was
+    changed."""
+
+    def __init__(self, campaign_id: str, add_cents: Decimal) -> None:
+        super().__init__(campaign_id, add_cents)
+        self.campaign_id, self.add_cents = campaign_id, add_cents
+
+
+class Added(NamedTuple):
+    """A top-up's outcome: the campaign's total and the inventory version after it, and
+    whether its idempotency key had already done it (then nothing was added this time)."""
+
+    total: Decimal
+    version: int
+    replayed: bool = False
+
+
 async def add_budget(
-    conn: Conn, campaign_id: str, add_cents: Decimal, max_total: Decimal
-) -> tuple[Decimal, int] | None:
+    conn: Conn,
+    campaign_id: str,
+    add_cents: Decimal,
+    max_total: Decimal,
+    idempotency_key: str | None = None,
+) -> Added | None:
     """Raise a campaign's total budget by `add_cents` and bump the inventory version, in one
-    transaction: (the new total, the new version), or None when there is no such campaign.
+    transaction, or None when there is no such campaign.
     A total that would exceed `max_total` raises TotalTooHigh and changes nothing: the check
     reads the total the UPDATE wrote, under its row lock, so concurrent top-ups cannot pass it
-    together."""
+    together.
+
+    With `idempotency_key`, the key is stored in the same transaction: a key already stored
+    for this campaign and amount adds nothing and answers the total as it is now
+    (`replayed`); for another campaign or amount it raises KeyReused. A concurrent top-up
+    with the same key waits on the first one's row and then sees it (or, if that one rolled
+    back, adds for itself)."""
+    campaign = uuid.UUID(campaign_id)
     async with conn.transaction():
+        if idempotency_key is not None:
+            stored = await conn.fetchval(
+                """INSERT INTO budget_top_ups (idempotency_key, campaign_id, add_cents)
+                   SELECT $1, id, $3 FROM campaigns WHERE id = $2
+                   ON CONFLICT (idempotency_key) DO NOTHING RETURNING true""",
+                idempotency_key,
+                campaign,
+                add_cents,
+            )
+            if stored is None:
+                return await _replayed(conn, campaign, add_cents, idempotency_key)
         total: Decimal | None = await conn.fetchval(
             """UPDATE campaigns SET budget_cents = budget_cents + $2, updated_at = now()
                WHERE id = $1 RETURNING budget_cents""",
-            uuid.UUID(campaign_id),
+            campaign,
             add_cents,
         )
         if total is None:
             return None
         if total > max_total:
-            raise TotalTooHigh(total)  # rolls the UPDATE back
+            raise TotalTooHigh(total)  # rolls the UPDATE (and the key) back
         version = await bump_version(conn)
-    return plain(total), version
+    return Added(plain(total), version)
+
+
+async def _replayed(
+    conn: Conn, campaign: uuid.UUID, add_cents: Decimal, idempotency_key: str
+) -> Added | None:
+    """The answer to a top-up whose key was not stored: a replay of the key's top-up, None for
+    an unknown campaign (nothing stored, no key either), or KeyReused."""
+    row = await conn.fetchrow(
+        "SELECT campaign_id, add_cents FROM budget_top_ups WHERE idempotency_key = $1",
+        idempotency_key,
+    )
+    if row is None:  # the campaign does not exist: the INSERT found no row to copy
+        return None
+    if row["campaign_id"] != campaign or row["add_cents"] != add_cents:
+        raise KeyReused(str(row["campaign_id"]), plain(row["add_cents"]))
+    total: Decimal | None = await conn.fetchval(
+        "SELECT budget_cents FROM campaigns WHERE id = $1", campaign
+    )
+    if total is None:
+        return None
+    return Added(plain(total), await current_version(conn), replayed=True)
 
 
 __all__ = [
+    "Added",
     "Daypart",
     "InventoryRejected",
+    "KeyReused",
     "TotalTooHigh",
     "add_budget",
     "bump_version",

@@ -11,8 +11,9 @@ fails: it has happened, and the reload brings Redis the total.
 from __future__ import annotations
 
 import logging
+import re
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from litestar import Request, Response, get, post
@@ -20,7 +21,7 @@ from litestar.params import FromPath
 from redis.exceptions import RedisError
 
 from bidder.admin._common import audit, json_response, path_uuid, read_body
-from bidder.errors import BadRequest, NotFound
+from bidder.errors import BadRequest, NotFound, ServiceError
 from bidder.runtime import utcnow
 from bidder.web import postgres, runtime_of
 from matching.engine import Budget
@@ -28,12 +29,15 @@ from matching.inventory import MAX_AMOUNT_CENTS, Campaign
 from matching.money import CENT_PLACES, cents_to_micros, micros_to_cents
 from matching.snapshot import campaign_shard
 from store.hot import HotState
-from store.inventory_repo import TotalTooHigh, add_budget, fetch_campaign
+from store.inventory_repo import KeyReused, TotalTooHigh, add_budget, fetch_campaign
 from store.postgres import Conn
 
 log = logging.getLogger("bidder.admin")
 #: What a Redis that cannot be reached or answers too late raises.
 REDIS_DOWN = (RedisError, OSError, TimeoutError)
+#: Longest idempotency key of a top-up; keys are visible ASCII (a UUID, a ticket number).
+MAX_KEY_CHARS = 255
+_KEY_CHARS = re.compile(rf"[\x21-\x7e]{{1,{MAX_KEY_CHARS}}}")
 
 
 class TopUp(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -95,24 +99,65 @@ async def load_campaign(conn: Conn, campaign_id: str) -> Campaign:
     return campaign
 
 
-async def apply_top_up(conn: Conn, hot: HotState, campaign_id: str, add: Decimal) -> Campaign:
+class ToppedUp(NamedTuple):
+    campaign: Campaign
+    #: The idempotency key had already done this top-up: nothing was added this time.
+    replayed: bool
+
+
+def check_idempotency_key(key: str | None) -> str | None:
+    """An idempotency key as sent (None: none sent), or 400 when it cannot be one."""
+    if key is None:
+        return None
+    if not _KEY_CHARS.fullmatch(key):
+        raise BadRequest(
+            f"Idempotency-Key must be 1 to {MAX_KEY_CHARS} visible ASCII characters "
+            "(no spaces), such as a UUID"
+        )
+    return key
+
+
+async def apply_top_up(
+    conn: Conn,
+    hot: HotState,
+    campaign_id: str,
+    add: Decimal,
+    idempotency_key: str | None = None,
+) -> ToppedUp:
     """Add `add` cents to the campaign's total (the admin API's and `bidder campaigns
     top-up`'s way); the campaign as it is now.
 
     Once Postgres has committed the new total the top-up has happened, whatever Redis does:
     this returns (a 503 would make an operator top it up twice). The Redis total is set at
     once when Redis answers, else by every worker's next inventory reload (the top-up bumped
-    the inventory version)."""
+    the inventory version).
+
+    With `idempotency_key`, a retry of a committed top-up (same key, campaign and amount)
+    adds nothing and answers the campaign as it is now, `replayed`; the same key with another
+    campaign or amount is 409 and changes nothing."""
     check_add(add)
     # Read before the change: once it is committed, nothing may turn the answer into a failure.
     campaign = await load_campaign(conn, campaign_id)
     try:
-        added = await add_budget(conn, campaign_id, add, MAX_AMOUNT_CENTS)
+        added = await add_budget(conn, campaign_id, add, MAX_AMOUNT_CENTS, idempotency_key)
     except TotalTooHigh:
         raise BadRequest(f"the total budget would exceed {MAX_AMOUNT_CENTS} cents") from None
+    except KeyReused as exc:
+        raise ServiceError(
+            "Idempotency-Key was already used for another top-up "
+            f"(campaign {exc.campaign_id}, add_cents {exc.add_cents}); nothing was added",
+            status=409,
+            code="CONFLICT",
+        ) from None
     if added is None:
         raise NotFound(f"Unknown campaign {campaign_id}")
-    total, version = added
+    total, version, replayed = added
+    if replayed:
+        audit.info(
+            "budget top-up replayed: its idempotency key had already added it",
+            extra={"campaign_id": campaign_id, "add_cents": str(add), "total": str(total)},
+        )
+        return ToppedUp(msgspec.structs.replace(campaign, budget_cents=total), replayed=True)
     audit.info(
         "budget topped up",
         extra={"campaign_id": campaign_id, "add_cents": str(add), "total": str(total)},
@@ -126,7 +171,7 @@ async def apply_top_up(conn: Conn, hot: HotState, campaign_id: str, add: Decimal
             "top-up committed; its Redis total follows with the next inventory reload",
             extra={"campaign_id": campaign_id, "error": type(exc).__name__},
         )
-    return msgspec.structs.replace(campaign, budget_cents=total)
+    return ToppedUp(msgspec.structs.replace(campaign, budget_cents=total), replayed=False)
 
 
 @get("/campaigns/{campaign_id:str}")
@@ -142,13 +187,19 @@ async def get_campaign(
 @post("/campaigns/{campaign_id:str}/budget", status_code=200)
 async def top_up(request: Request[Any, Any, Any], campaign_id: FromPath[str]) -> Response[bytes]:
     """Add `add_cents` to the campaign's total budget; answers the campaign as GET does, with
-    `budget` null when Redis cannot be read (the top-up is done all the same)."""
+    `budget` null when Redis cannot be read (the top-up is done all the same). An
+    `Idempotency-Key` header makes a retry safe: the same key again adds nothing and answers
+    with `Idempotent-Replayed: true`."""
     campaign_id = path_uuid(campaign_id, "campaign id")
+    key = check_idempotency_key(request.headers.get("idempotency-key"))
     body = await read_body(request, TopUp, "budget top-up")
     hot = runtime_of(request).hot
     async with postgres(request) as conn:
-        campaign = await apply_top_up(conn, hot, campaign_id, body.add_cents)
-    return json_response(await with_budget(hot, campaign, redis_optional=True))
+        done = await apply_top_up(conn, hot, campaign_id, body.add_cents, key)
+    response = json_response(await with_budget(hot, done.campaign, redis_optional=True))
+    if done.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return response
 
 
 routes = [get_campaign, top_up]

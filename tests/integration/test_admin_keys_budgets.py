@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 
 from bidder.auth import authenticate
@@ -287,6 +288,96 @@ async def test_concurrent_top_ups_never_pass_the_largest_total(
     statuses = sorted(r.status_code for r in responses)
     assert statuses == [200] * 2 + [400] * 8, [r.text for r in responses]
     assert await _stored_total(servers) == Decimal("8000100000")
+
+
+async def _top_up(
+    client: Client | httpx.AsyncClient, cents: float, key: str | None, campaign: str = CAMPAIGN
+) -> Any:
+    headers = {**ADMIN, "Idempotency-Key": key} if key is not None else ADMIN
+    return await client.post(
+        f"/admin/v1/campaigns/{campaign}/budget", headers=headers, json={"add_cents": cents}
+    )
+
+
+async def test_a_retried_top_up_with_its_idempotency_key_adds_once(
+    app_client: Client, servers: ServerUrls
+) -> None:
+    """An operator whose top-up timed out cannot know whether it committed: retrying it with
+    the same Idempotency-Key adds nothing the second time, and says so."""
+    first = await _top_up(app_client, 250, "ticket-4711")
+    assert first.status_code == 200
+    assert "idempotent-replayed" not in first.headers
+    assert parsed(first.content)["budget"]["total_cents"] == Decimal("100250")
+
+    retry = await _top_up(app_client, 250, "ticket-4711")
+    assert retry.status_code == 200
+    assert retry.headers["idempotent-replayed"] == "true"
+    body = parsed(retry.content)
+    assert body["budget_cents"] == Decimal("100250")
+    assert body["budget"]["total_cents"] == Decimal("100250")
+    assert await _stored_total(servers) == Decimal("100250")
+
+    # Another key is another top-up; no key at all is one every time.
+    assert (await _top_up(app_client, 250, "ticket-4712")).status_code == 200
+    assert (await _top_up(app_client, 1, None)).status_code == 200
+    assert (await _top_up(app_client, 1, None)).status_code == 200
+    assert await _stored_total(servers) == Decimal("100502")
+
+
+async def test_an_idempotency_key_names_one_top_up_only(
+    app_client: Client, servers: ServerUrls
+) -> None:
+    """The same key with another amount is a mistake, not a retry: 409, nothing added. Only
+    a committed top-up takes its key: one refused (unknown campaign, total too high) leaves it
+    free."""
+    assert (await _top_up(app_client, 10, "k-1")).status_code == 200
+    reused = await _top_up(app_client, 11, "k-1")
+    assert reused.status_code == 409
+    assert "Idempotency-Key" in parsed(reused.content)["error"]
+    assert await _stored_total(servers) == Decimal("100010")
+
+    unknown = await _top_up(app_client, 5, "k-2", campaign=uid(42, 4))
+    assert unknown.status_code == 404
+    too_high = await _top_up(app_client, 9_000_000_000, "k-2")
+    assert too_high.status_code == 400
+    assert await _stored_total(servers) == Decimal("100010")
+    free = await _top_up(app_client, 5, "k-2")
+    assert free.status_code == 200
+    assert "idempotent-replayed" not in free.headers
+    assert await _stored_total(servers) == Decimal("100015")
+    # An unknown campaign is 404 whatever the key says.
+    elsewhere = await _top_up(app_client, 5, "k-2", campaign=uid(42, 4))
+    assert elsewhere.status_code == 404
+
+
+@pytest.mark.parametrize("key", ["", "has space", "x" * 256, "caf\u00e9"])
+async def test_a_key_that_cannot_be_one_is_400_and_adds_nothing(
+    app_client: Client, servers: ServerUrls, key: str
+) -> None:
+    response = await app_client.post(
+        f"/admin/v1/campaigns/{CAMPAIGN}/budget",
+        headers=[(k.encode(), v.encode()) for k, v in ADMIN.items()]
+        + [(b"idempotency-key", key.encode("utf-8"))],
+        json={"add_cents": 5},
+    )
+    assert response.status_code == 400
+    assert "Idempotency-Key" in parsed(response.content)["error"]
+    assert await _stored_total(servers) == Decimal("100000")
+
+
+async def test_concurrent_retries_with_one_key_add_once(
+    app_client: Client, servers: ServerUrls
+) -> None:
+    """Retries that race (a client's timeout shorter than the first attempt) wait for the
+    first one's key and then replay it: exactly one adds."""
+    async with live_app(make_settings(servers, RECORD_WRITER="0")) as live:
+        responses = await asyncio.gather(
+            *(_top_up(live.client, 1000, "same-key") for _ in range(8))
+        )
+    assert [r.status_code for r in responses] == [200] * 8, [r.text for r in responses]
+    fresh = [r for r in responses if "idempotent-replayed" not in r.headers]
+    assert len(fresh) == 1
+    assert await _stored_total(servers) == Decimal("101000")
 
 
 async def test_a_top_up_postgres_committed_is_a_success_while_redis_is_down(

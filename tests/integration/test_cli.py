@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 
 from bidder.demo import demo_document
 from tests.conftest import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls
-from tests.factories import CAMPAIGN, PUB, uid
+from tests.factories import CAMPAIGN, PUB, basic_document, seed, uid
 from tests.integration._admin_helpers import fetchval, parsed
 from tests.integration.test_admin_inventory import full_document
 
@@ -384,3 +385,34 @@ async def test_a_reader_that_leaves_early_gets_no_error_line(servers: ServerUrls
     )
     assert done.returncode == 141, done.stderr
     assert done.stderr == b""
+
+
+async def test_a_top_up_retried_with_its_idempotency_key_adds_once(
+    servers: ServerUrls, clean: None
+) -> None:
+    """`bidder campaigns top-up --idempotency-key`: an operator who lost the first answer runs
+    the same command again, and the budget grows once."""
+    await seed(servers.database_url, basic_document())
+    sql = "SELECT budget_cents FROM campaigns WHERE id = $1"
+    before = await fetchval(servers, sql, uuid.UUID(CAMPAIGN))
+    command = ("campaigns", "top-up", CAMPAIGN, "120.5", "--idempotency-key", "ops-2026-11-24-1")
+    first = await bidder(cli_env(servers), *command)
+    assert first.returncode == 0, first.stderr
+    assert parsed(first.stdout)["budget_cents"] == before + Decimal("120.5")
+    again = await bidder(cli_env(servers), *command)
+    assert again.returncode == 0, again.stderr
+    assert b"already done: nothing added" in again.stderr
+    assert parsed(again.stdout)["budget_cents"] == before + Decimal("120.5")
+    assert await fetchval(servers, sql, uuid.UUID(CAMPAIGN)) == before + Decimal("120.5")
+
+    other_amount = await bidder(
+        cli_env(servers), "campaigns", "top-up", CAMPAIGN, "1", "--idempotency-key", command[-1]
+    )
+    assert other_amount.returncode == 1
+    assert b"already used for another top-up" in other_amount.stderr
+    bad = await bidder(
+        cli_env(servers), "campaigns", "top-up", CAMPAIGN, "1", "--idempotency-key", "a b"
+    )
+    assert bad.returncode == 2
+    assert b"Idempotency-Key must be" in bad.stderr
+    assert await fetchval(servers, sql, uuid.UUID(CAMPAIGN)) == before + Decimal("120.5")
