@@ -490,8 +490,10 @@ class KeyReused(Exception):
 
 
 class Added(NamedTuple):
-    """A top-up's outcome: the campaign's total and the inventory version after it, and
-    whether its idempotency key had already done it (then nothing was added this time)."""
+    """A top-up's outcome: the campaign's total and the inventory version it was read at (the
+    top-up's own version; on a replay, the version current when the total was read, in the
+    same statement), and whether its idempotency key had already done it (then nothing was
+    added this time)."""
 
     total: Decimal
     version: int
@@ -556,12 +558,16 @@ async def _replayed(
         return None
     if row["campaign_id"] != campaign or row["add_cents"] != add_cents:
         raise KeyReused(str(row["campaign_id"]), plain(row["add_cents"]))
-    total: Decimal | None = await conn.fetchval(
-        "SELECT budget_cents FROM campaigns WHERE id = $1", campaign
+    # One statement, one snapshot: the total with the version it belongs to (the caller's
+    # Redis write is kept only if no newer version's total is there).
+    now = await conn.fetchrow(
+        """SELECT c.budget_cents, v.version FROM campaigns c, inventory_version v
+           WHERE c.id = $1""",
+        campaign,
     )
-    if total is None:
+    if now is None:
         return None
-    return Added(plain(total), await current_version(conn), replayed=True)
+    return Added(plain(now["budget_cents"]), now["version"], replayed=True)
 
 
 __all__ = [

@@ -152,16 +152,14 @@ async def apply_top_up(
     if added is None:
         raise NotFound(f"Unknown campaign {campaign_id}")
     total, version, replayed = added
-    if replayed:
-        audit.info(
-            "budget top-up replayed: its idempotency key had already added it",
-            extra={"campaign_id": campaign_id, "add_cents": str(add), "total": str(total)},
-        )
-        return ToppedUp(msgspec.structs.replace(campaign, budget_cents=total), replayed=True)
     audit.info(
-        "budget topped up",
+        "budget top-up replayed: its idempotency key had already added it"
+        if replayed
+        else "budget topped up",
         extra={"campaign_id": campaign_id, "add_cents": str(add), "total": str(total)},
     )
+    # Also on a replay: the first attempt may have committed and then lost its Redis write
+    # (its process died, Redis failed), and the retry is when the operator looks at the total.
     try:
         await hot.set_budget_total(
             campaign_id, campaign_shard(campaign_id), cents_to_micros(total), version
@@ -171,7 +169,7 @@ async def apply_top_up(
             "top-up committed; its Redis total follows with the next inventory reload",
             extra={"campaign_id": campaign_id, "error": type(exc).__name__},
         )
-    return ToppedUp(msgspec.structs.replace(campaign, budget_cents=total), replayed=False)
+    return ToppedUp(msgspec.structs.replace(campaign, budget_cents=total), replayed)
 
 
 @get("/campaigns/{campaign_id:str}")

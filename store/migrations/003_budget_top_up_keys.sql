@@ -4,7 +4,7 @@
 -- top-up forever, so a late retry cannot add again either.
 CREATE TABLE budget_top_ups (
     idempotency_key text PRIMARY KEY,
-    campaign_id     uuid NOT NULL REFERENCES campaigns (id) ON DELETE CASCADE,
+    campaign_id     uuid NOT NULL REFERENCES campaigns (id),
     add_cents       numeric NOT NULL,
     created_at      timestamptz NOT NULL DEFAULT now()
 );

@@ -21,10 +21,19 @@ from bidder.auth import authenticate
 from bidder.errors import Unauthorized
 from matching.snapshot import build_snapshot
 from store.hot import HotState, connect
-from store.inventory_repo import load_api_keys
+from store.inventory_repo import add_budget, load_api_keys
 from store.local_servers import free_port
 from tests.conftest import ServerUrls, make_settings, wait_for_inventory
-from tests.factories import CAMPAIGN, PUB, SCREEN_MOVING, basic_document, make_key, seed, uid
+from tests.factories import (
+    CAMPAIGN,
+    PUB,
+    SCREEN_MOVING,
+    basic_document,
+    campaign,
+    make_key,
+    seed,
+    uid,
+)
 from tests.integration._admin_helpers import (
     ADMIN,
     Client,
@@ -348,6 +357,85 @@ async def test_an_idempotency_key_names_one_top_up_only(
     # An unknown campaign is 404 whatever the key says.
     elsewhere = await _top_up(app_client, 5, "k-2", campaign=uid(42, 4))
     assert elsewhere.status_code == 404
+
+
+async def test_a_key_replays_the_same_amount_however_written_and_only_on_its_campaign(
+    servers: ServerUrls, clean: None
+) -> None:
+    """120.5 and 120.50 are one amount (a client may re-serialise its retry); a key is one
+    top-up of one campaign: on another campaign it is 409, nothing added there."""
+    other = uid(77, 4)
+    await seed(
+        servers.database_url,
+        basic_document(campaigns=[campaign(), campaign(id=other, name="Winter")]),
+    )
+    async for client in started_client(servers):
+        await wait_for_inventory(client)
+        path = f"/admin/v1/campaigns/{CAMPAIGN}/budget"
+        headers = {**ADMIN, "Idempotency-Key": "k-120"}
+        first = await client.post(path, headers=headers, content=b'{"add_cents": 120.5}')
+        assert first.status_code == 200
+        again = await client.post(path, headers=headers, content=b'{"add_cents": "120.50"}')
+        assert again.status_code == 200
+        assert again.headers["idempotent-replayed"] == "true"
+        elsewhere = await _top_up(client, 120.5, "k-120", campaign=other)
+        assert elsewhere.status_code == 409
+    sql = "SELECT budget_cents FROM campaigns WHERE id = $1"
+    assert await fetchval(servers, sql, uuid.UUID(CAMPAIGN)) == Decimal("100120.5")
+    assert await fetchval(servers, sql, uuid.UUID(other)) == Decimal("100000")
+
+
+async def test_a_replay_brings_redis_the_total_its_first_attempt_did_not(
+    app_client: Client, servers: ServerUrls
+) -> None:
+    """The case a key is for: the first attempt committed in Postgres and its process died
+    before it set the Redis total. The retry adds nothing, and its answer shows the committed
+    total live, not the old one (and every worker may reserve against it at once)."""
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        added = await add_budget(conn, CAMPAIGN, Decimal("777"), Decimal("9e9"), "lost-answer")
+    finally:
+        await conn.close()
+    assert added is not None
+    assert not added.replayed
+    retry = await _top_up(app_client, 777, "lost-answer")
+    assert retry.status_code == 200
+    assert retry.headers["idempotent-replayed"] == "true"
+    body = parsed(retry.content)
+    assert body["budget_cents"] == Decimal("100777")
+    assert body["budget"]["total_cents"] == Decimal("100777")
+    assert await _stored_total(servers) == Decimal("100777")
+
+
+async def test_a_retry_waiting_on_a_first_attempt_that_rolls_back_adds_for_itself(
+    servers: ServerUrls, clean: None
+) -> None:
+    """Only a committed top-up takes its key: a retry that waited on an attempt which then
+    rolled back (a lost connection, a refused total) does the top-up itself, once."""
+    await seed(servers.database_url, basic_document())
+    first = await asyncpg.connect(servers.database_url)
+    second = await asyncpg.connect(servers.database_url)
+    try:
+        attempt = first.transaction()
+        await attempt.start()
+        await first.execute(
+            """INSERT INTO budget_top_ups (idempotency_key, campaign_id, add_cents)
+               VALUES ('race', $1, 5)""",
+            uuid.UUID(CAMPAIGN),
+        )
+        retry = asyncio.ensure_future(
+            add_budget(second, CAMPAIGN, Decimal("5"), Decimal("9e9"), "race")
+        )
+        await asyncio.sleep(0.3)
+        assert not retry.done()  # waiting on the first attempt's key
+        await attempt.rollback()
+        added = await asyncio.wait_for(retry, 10)
+    finally:
+        await first.close()
+        await second.close()
+    assert added is not None
+    assert not added.replayed
+    assert added.total == Decimal("100005")
 
 
 @pytest.mark.parametrize("key", ["", "has space", "x" * 256, "caf\u00e9"])
