@@ -1,0 +1,309 @@
+"""A standing bench setup for experiments: where a request's CPU goes, process by process.
+
+    .venv/bin/python -m bench.harness up [--port 8301]         # seed, serve; Ctrl-C stops all
+    .venv/bin/python -m bench.harness worker 8302 [NAME=VALUE ...]   # another worker beside it
+    .venv/bin/python -m bench.harness measure healthz,offer,bid,accept [--seconds 4]
+        [--rounds 3] [--port 8302]
+
+`up` does what `python -m bench` does before it measures (local Redis and Postgres in
+`.run/harness/servers` unless REDIS_URL and DATABASE_URL are set, the full bench inventory, one
+API key per publisher, one granian worker on CPU 0 with `RECORD_WRITER=0` and a `bidder writer`
+on CPU 1) and then waits. `worker` starts one more worker on the same servers and data, for
+instance with other settings, or after a code change, since a worker imports the code as it
+is when it starts: alternating `measure --port` between two workers compares them on the same
+machine minutes apart, which the full bench cannot. `measure` runs wrk on CPU 1 against one
+worker (the bench's Lua scripts and request files; accept gets a fresh offer pool before each
+run) and reads every process's CPU time from `/proc` around the run, so it prints, per
+endpoint, the rate and the CPU each busy process spent per request: the worker, Redis,
+Postgres, the record writer and wrk itself. docs/performance.md quotes its figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import resource
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench import seed, server, throughput, workload
+from bench.throughput import WrkResult, WrkRun
+
+ROOT = Path(".run/harness")
+INFO = ROOT / "info.json"
+#: The endpoints `measure` knows, by the name it takes: (wrk script, request file).
+ENDPOINTS = {
+    "healthz": ("healthz.lua", "healthz.tsv"),
+    "offer": ("offer_request.lua", "offer.tsv"),
+    "bid": ("bid.lua", "bid.tsv"),
+    "accept": ("accept.lua", "accept.tsv"),
+}
+#: A process shown by `measure` when it used at least this share of one core.
+_SHOWN_SHARE = 0.03
+
+
+@dataclass
+class Info:
+    """What `up` leaves for `worker` and `measure`."""
+
+    redis_url: str
+    database_url: str
+    data: str
+    publishers: int
+    workers: dict[str, int]  # port -> the pid of the granian process tree's root
+
+    def save(self) -> None:
+        INFO.write_text(json.dumps(self.__dict__, indent=2))
+
+    @classmethod
+    def load(cls) -> Info:
+        if not INFO.exists():
+            raise SystemExit("no harness is up: run `python -m bench.harness up` first")
+        return cls(**json.loads(INFO.read_text()))
+
+
+def _wait_for_signal() -> None:
+    stopping = False
+
+    def stop(_signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not stopping:
+        time.sleep(0.5)
+
+
+def up(port: int) -> int:
+    ROOT.mkdir(parents=True, exist_ok=True)
+    backends = server.start_backends(ROOT / "servers")
+    workers: list[server.Worker] = []
+    try:
+        doc = seed.full_document()
+        database = asyncio.run(server.fresh_database(backends.database_url, "harness"))
+        seeded = server.seed(database, server.fresh_redis(backends.redis_url, 0), doc)
+        targets = workload.targets(doc, seeded.keys)
+        data = ROOT / "data"
+        data.mkdir(exist_ok=True)
+        bidding = workload.bidding_in_every(targets, [doc], datetime.now(UTC))
+        throughput.write_requests(data / "bid.tsv", workload.bid_lines(bidding, 5_000, seed=4))
+        throughput.write_requests(data / "healthz.tsv", workload.healthz_lines())
+        throughput.write_requests(
+            data / "offer.tsv", workload.offer_request_lines(targets, 5_000, seed=3)
+        )
+        _, publishers = workload.pool_prep_files(data, targets, per_publisher=5_000, seed=2)
+        writer = server.Writer(seeded, ROOT / "writer.log")
+        writer.start()
+        worker = server.Worker(
+            seeded,
+            ROOT / f"worker-{port}.log",
+            port=port,
+            env_overrides={"RECORD_WRITER": "0"},
+            writer=writer,
+        )
+        workers.append(worker)
+        worker.start()
+        assert worker.proc is not None
+        Info(
+            seeded.redis_url,
+            seeded.database_url,
+            str(data),
+            publishers,
+            {str(port): worker.proc.pid},
+        ).save()
+        print(f"harness up: worker on :{port}, data in {data}; Ctrl-C stops it", flush=True)
+        _wait_for_signal()
+    finally:
+        for started in workers:
+            started.stop()
+        backends.stop()
+        INFO.unlink(missing_ok=True)
+    return 0
+
+
+def extra_worker(port: int, overrides: list[str]) -> int:
+    info = Info.load()
+    env = {"RECORD_WRITER": "0"}
+    for item in overrides:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"not NAME=VALUE: {item!r}")
+        env[name] = value
+    seeded = server.Seeded(info.database_url, info.redis_url, {}, 0.0)
+    worker = server.Worker(seeded, ROOT / f"worker-{port}.log", port=port, env_overrides=env)
+    worker.start()
+    assert worker.proc is not None
+    info = Info.load()
+    info.workers[str(port)] = worker.proc.pid
+    info.save()
+    print(f"worker on :{port} ({' '.join(overrides) or 'default settings'}); Ctrl-C stops it")
+    try:
+        _wait_for_signal()
+    finally:
+        worker.stop()
+        info = Info.load()
+        info.workers.pop(str(port), None)
+        info.save()
+    return 0
+
+
+def _process_name(pid: int, worker_ports: dict[int, str]) -> str | None:
+    """How `measure` names a process, or None for one it does not follow."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    text = " ".join(a.decode(errors="replace") for a in args)
+    if pid in worker_ports:
+        return f"worker :{worker_ports[pid]}"
+    if "redis-server" in text or "valkey-server" in text:
+        return "redis"
+    if "bidder.cli writer" in text:
+        return "record writer"
+    if Path(args[0].decode(errors="replace")).name.startswith("postgres") or text.startswith(
+        "postgres:"
+    ):
+        return "postgres (all processes)"
+    return None
+
+
+def cpu_seconds(worker_ports: dict[int, str]) -> dict[str, float]:
+    """User + system CPU seconds so far of every followed process, summed by name (every
+    thread counted: granian's I/O thread is part of the worker)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    totals: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        name = _process_name(pid, worker_ports)
+        if name is None:
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return totals
+
+
+def _worker_pids(root_pid: int) -> list[int]:
+    found, pending = [], [root_pid]
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                pending.extend(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return found
+
+
+def _accept_pool(info: Info, base_url: str, wanted: int) -> Path:
+    """A file of accepts of fresh offers (made by wrk, one thread per publisher)."""
+    data = Path(info.data)
+    pool = data / "pool.txt"
+    threads = info.publishers
+    throughput.run_wrk(
+        WrkRun(
+            "offer_pool",
+            "offer_request.lua",
+            data / "prep-%d.tsv",
+            max(3, math.ceil(wanted / 2_000)),
+            connections=threads,
+            threads=threads,
+            harvest="offer",
+            quota=math.ceil(wanted / threads),
+            out=pool,
+        ),
+        base_url,
+        ROOT / "logs",
+    )
+    requests = data / "accept.tsv"
+    throughput.write_requests(requests, workload.accept_lines(pool))
+    return requests
+
+
+def measure_one(info: Info, endpoint: str, port: int, seconds: float) -> str:
+    script, file = ENDPOINTS[endpoint]
+    base_url = f"http://127.0.0.1:{port}"
+    data = Path(info.data) / file
+    if endpoint == "accept":
+        data = _accept_pool(info, base_url, wanted=int(9_000 * seconds))
+    worker_ports = {pid: str(p) for p, root in info.workers.items() for pid in _worker_pids(root)}
+    before = cpu_seconds(worker_ports)
+    wrk_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    run = WrkRun(endpoint, script, data, seconds, once=endpoint == "accept")
+    result: WrkResult = throughput.run_wrk(run, base_url, ROOT / "logs")
+    wall = time.monotonic() - started
+    wrk_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    after = cpu_seconds(worker_ports)
+    spent = {name: after[name] - before.get(name, 0.0) for name in after}
+    spent["wrk"] = (wrk_after.ru_utime - wrk_before.ru_utime) + (
+        wrk_after.ru_stime - wrk_before.ru_stime
+    )
+    statuses = ", ".join(f"{s}: {n:,}" for s, n in sorted(result.statuses.items()))
+    lines = [f"{endpoint:8s} :{port}  {result.rps:9,.0f} req/s  ({statuses})"]
+    requests = max(result.requests, 1)
+    for name, seconds_used in sorted(spent.items(), key=lambda kv: -kv[1]):
+        if seconds_used / wall >= _SHOWN_SHARE:
+            lines.append(
+                f"    {100 * seconds_used / wall:5.1f} % of a core  "
+                f"{1e6 * seconds_used / requests:7.1f} us/request  {name}"
+            )
+    return "\n".join(lines)
+
+
+def measure(endpoints: list[str], ports: list[int], seconds: float, rounds: int) -> int:
+    unknown = [e for e in endpoints if e not in ENDPOINTS]
+    if unknown:
+        raise SystemExit(f"unknown endpoint {unknown[0]!r}: one of {', '.join(ENDPOINTS)}")
+    info = Info.load()
+    for number in range(1, rounds + 1):
+        for port in ports:
+            if str(port) not in info.workers:
+                raise SystemExit(f"no harness worker on :{port}")
+            for endpoint in endpoints:
+                print(f"r{number} " + measure_one(info, endpoint, port, seconds), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.harness",
+        description="A standing bench setup: where a request's CPU goes.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("up", help="seed, start a worker and a record writer, wait")
+    start.add_argument("--port", type=int, default=8301)
+    more = commands.add_parser("worker", help="one more worker on the harness' servers")
+    more.add_argument("port", type=int)
+    more.add_argument("env", nargs="*", metavar="NAME=VALUE")
+    runs = commands.add_parser("measure", help="wrk and per-process CPU per request")
+    runs.add_argument("endpoints", help="comma-separated: " + ", ".join(ENDPOINTS))
+    runs.add_argument("--port", default="", help="comma-separated worker ports (default: all)")
+    runs.add_argument("--seconds", type=float, default=4.0)
+    runs.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.command == "up":
+        return up(args.port)
+    if args.command == "worker":
+        return extra_worker(args.port, args.env)
+    ports = [int(p) for p in args.port.split(",") if p] or sorted(
+        int(p) for p in Info.load().workers
+    )
+    return measure(args.endpoints.split(","), ports, args.seconds, args.rounds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
