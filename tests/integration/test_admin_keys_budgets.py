@@ -308,6 +308,20 @@ async def _top_up(
     )
 
 
+async def _assert_replayed(
+    client: Client, servers: ServerUrls, cents: float, key: str, total: Decimal
+) -> None:
+    """A top-up its key replays: 200 with `Idempotent-Replayed`, nothing added, and the
+    answer's stored and live totals both `total`, as Postgres has it."""
+    retry = await _top_up(client, cents, key)
+    assert retry.status_code == 200
+    assert retry.headers["idempotent-replayed"] == "true"
+    body = parsed(retry.content)
+    assert body["budget_cents"] == total
+    assert body["budget"]["total_cents"] == total
+    assert await _stored_total(servers) == total
+
+
 async def test_a_retried_top_up_with_its_idempotency_key_adds_once(
     app_client: Client, servers: ServerUrls
 ) -> None:
@@ -318,13 +332,7 @@ async def test_a_retried_top_up_with_its_idempotency_key_adds_once(
     assert "idempotent-replayed" not in first.headers
     assert parsed(first.content)["budget"]["total_cents"] == Decimal("100250")
 
-    retry = await _top_up(app_client, 250, "ticket-4711")
-    assert retry.status_code == 200
-    assert retry.headers["idempotent-replayed"] == "true"
-    body = parsed(retry.content)
-    assert body["budget_cents"] == Decimal("100250")
-    assert body["budget"]["total_cents"] == Decimal("100250")
-    assert await _stored_total(servers) == Decimal("100250")
+    await _assert_replayed(app_client, servers, 250, "ticket-4711", Decimal("100250"))
 
     # Another key is another top-up; no key at all is one every time.
     assert (await _top_up(app_client, 250, "ticket-4712")).status_code == 200
@@ -398,13 +406,7 @@ async def test_a_replay_brings_redis_the_total_its_first_attempt_did_not(
         await conn.close()
     assert added is not None
     assert not added.replayed
-    retry = await _top_up(app_client, 777, "lost-answer")
-    assert retry.status_code == 200
-    assert retry.headers["idempotent-replayed"] == "true"
-    body = parsed(retry.content)
-    assert body["budget_cents"] == Decimal("100777")
-    assert body["budget"]["total_cents"] == Decimal("100777")
-    assert await _stored_total(servers) == Decimal("100777")
+    await _assert_replayed(app_client, servers, 777, "lost-answer", Decimal("100777"))
 
 
 async def test_a_retry_waiting_on_a_first_attempt_that_rolls_back_adds_for_itself(
