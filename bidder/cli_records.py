@@ -15,6 +15,7 @@ from typing import Any
 
 import asyncpg
 import msgspec
+import uvloop
 from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
@@ -91,7 +92,10 @@ def run_writer_command(args: argparse.Namespace) -> int:
         print("bidder: --batch-size must be greater than 0", file=sys.stderr)
         return 2
     try:
-        asyncio.run(_writer_main(settings, batch, args.metrics_port))
+        # uvloop, as the web workers run: asyncpg and the Redis client cost less on it
+        # (docs/performance.md: the writer's CPU per accept).
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(_writer_main(settings, batch, args.metrics_port))
     except OSError as exc:  # the metrics port taken, most likely
         print(f"bidder: the writer could not start: {exc}", file=sys.stderr)
         return 1
