@@ -29,9 +29,11 @@ import resource
 import signal
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from bench import seed, server, throughput, workload
 from bench.throughput import WrkResult, WrkRun
@@ -139,63 +141,35 @@ def extra_worker(port: int, overrides: list[str]) -> int:
         env[name] = value
     seeded = server.Seeded(info.database_url, info.redis_url, {}, 0.0)
     worker = server.Worker(seeded, ROOT / f"worker-{port}.log", port=port, env_overrides=env)
-    worker.start()
-    assert worker.proc is not None
-    info = Info.load()
-    info.workers[str(port)] = worker.proc.pid
-    info.save()
-    print(f"worker on :{port} ({' '.join(overrides) or 'default settings'}); Ctrl-C stops it")
-    try:
+    try:  # the worker runs in a session of its own: Ctrl-C while it starts must stop it too
+        worker.start()
+        assert worker.proc is not None
+        info = Info.load()
+        info.workers[str(port)] = worker.proc.pid
+        info.save()
+        print(f"worker on :{port} ({' '.join(overrides) or 'default settings'}); Ctrl-C stops it")
         _wait_for_signal()
     finally:
         worker.stop()
-        info = Info.load()
-        info.workers.pop(str(port), None)
-        info.save()
+        if INFO.exists():
+            info = Info.load()
+            info.workers.pop(str(port), None)
+            info.save()
     return 0
 
 
-def _process_name(pid: int, worker_ports: dict[int, str]) -> str | None:
-    """How `measure` names a process, or None for one it does not follow."""
+def _tokens(pid: int) -> list[str]:
+    """A process' command line as words ([] when it is gone). Redis rewrites its title into
+    one string with blanks, so the words are split on blanks as well as on NULs."""
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return None
-    text = " ".join(a.decode(errors="replace") for a in args)
-    if pid in worker_ports:
-        return f"worker :{worker_ports[pid]}"
-    if "redis-server" in text or "valkey-server" in text:
-        return "redis"
-    if "bidder.cli writer" in text:
-        return "record writer"
-    if Path(args[0].decode(errors="replace")).name.startswith("postgres") or text.startswith(
-        "postgres:"
-    ):
-        return "postgres (all processes)"
-    return None
+        return []
+    return raw.replace(b"\0", b" ").decode(errors="replace").split()
 
 
-def cpu_seconds(worker_ports: dict[int, str]) -> dict[str, float]:
-    """User + system CPU seconds so far of every followed process, summed by name (every
-    thread counted: granian's I/O thread is part of the worker)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    totals: dict[str, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        name = _process_name(pid, worker_ports)
-        if name is None:
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return totals
-
-
-def _worker_pids(root_pid: int) -> list[int]:
+def _process_tree(root_pid: int) -> list[int]:
+    """`root_pid` and every process below it."""
     found, pending = [], [root_pid]
     while pending:
         pid = pending.pop()
@@ -206,6 +180,49 @@ def _worker_pids(root_pid: int) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def followed_processes(info: Info) -> dict[int, str]:
+    """The harness' own processes by pid, named as `measure` shows them: each worker's tree
+    (granian's I/O thread included), the Redis server and the Postgres server (all its
+    processes) at the harness' ports, and the record writer."""
+    named: dict[int, str] = {}
+    for port, root in info.workers.items():
+        for pid in _process_tree(root):
+            named[pid] = f"worker :{port}"
+    redis_port = str(urlsplit(info.redis_url).port)
+    postgres_port = str(urlsplit(info.database_url).port)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in named:
+            continue
+        pid = int(entry.name)
+        words = _tokens(pid)
+        if not words:
+            continue
+        program = Path(words[0]).name
+        if program in ("redis-server", "valkey-server") and any(
+            w.rsplit(":", 1)[-1] == redis_port for w in words[1:]
+        ):
+            named[pid] = "redis"
+        elif program == "postgres" and postgres_port in words:  # the postmaster (-p PORT)
+            for child in _process_tree(pid):
+                named[child] = "postgres (all processes)"
+        elif "bidder.cli" in words and "writer" in words:
+            named[pid] = "record writer"
+    return named
+
+
+def cpu_seconds(pids: Iterable[int]) -> dict[int, float]:
+    """User + system CPU seconds so far of each of `pids` still running (every thread)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    spent: dict[int, float] = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        spent[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return spent
 
 
 def _accept_pool(info: Info, base_url: str, wanted: int) -> Path:
@@ -239,16 +256,21 @@ def measure_one(info: Info, endpoint: str, port: int, seconds: float) -> str:
     data = Path(info.data) / file
     if endpoint == "accept":
         data = _accept_pool(info, base_url, wanted=int(9_000 * seconds))
-    worker_ports = {pid: str(p) for p, root in info.workers.items() for pid in _worker_pids(root)}
-    before = cpu_seconds(worker_ports)
+    followed = followed_processes(info)
+    before = cpu_seconds(followed)
     wrk_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     run = WrkRun(endpoint, script, data, seconds, once=endpoint == "accept")
     result: WrkResult = throughput.run_wrk(run, base_url, ROOT / "logs")
     wall = time.monotonic() - started
     wrk_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    after = cpu_seconds(worker_ports)
-    spent = {name: after[name] - before.get(name, 0.0) for name in after}
+    followed |= followed_processes(info)  # and what started meanwhile (Postgres backends)
+    after = cpu_seconds(followed)
+    spent: dict[str, float] = {}
+    for pid, name in followed.items():
+        # A process that ended during the run is left out rather than counted negative.
+        used = after.get(pid, before.get(pid, 0.0)) - before.get(pid, 0.0)
+        spent[name] = spent.get(name, 0.0) + used
     spent["wrk"] = (wrk_after.ru_utime - wrk_before.ru_utime) + (
         wrk_after.ru_stime - wrk_before.ru_stime
     )

@@ -228,7 +228,13 @@ class PipelinedRedis:
 
     def _enqueue(self, loop: asyncio.AbstractEventLoop, command: tuple[Arg, ...]) -> Any:
         """Queue `command` for this tick's write (written at once when that makes
-        `BATCH_COMMANDS`); the future of its reply."""
+        `BATCH_COMMANDS`); the future of its reply. Refused at once when the connection is
+        gone: a caller that resumes after its connect while the connection already died must
+        not leave a future in `_pending` without its command on the wire, or the next
+        connection's first reply (and every one after it) would go to the wrong caller."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            raise RedisConnectionError("connection to Redis lost")
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((future, time.monotonic()))
         outbox = self._outbox

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import cast
 
+import hiredis
 import pytest
 import uvloop
 from redis.asyncio import Redis
@@ -123,6 +124,46 @@ async def test_silent_server_times_out_and_next_call_reconnects() -> None:
         with pytest.raises(RedisTimeoutError):
             await client.execute("PING")
         assert time.monotonic() - started < 1.0
+
+
+async def test_a_call_resuming_after_its_connection_died_gets_no_other_callers_reply() -> None:
+    """A connection that dies right after connecting (here: the server closes it after the
+    clock's TIME reply): the calls that waited for the connect must fail, not sit in the queue
+    without their command sent, which made the next connection's replies go to the wrong
+    callers (an ECHO got the TIME reply, and every later caller its predecessor's reply)."""
+    connections = 0
+
+    async def dies_after_first_time(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        nonlocal connections
+        connections += 1
+        first = connections == 1
+        parser = hiredis.Reader()
+        while data := await reader.read(65536):
+            parser.feed(data)
+            while (command := parser.gets()) is not False:
+                name = command[0].upper()
+                if name == b"TIME":
+                    writer.write(b"*2\r\n$10\r\n1763900000\r\n$1\r\n0\r\n")
+                    if first:
+                        writer.close()
+                        return
+                elif name == b"ECHO":
+                    writer.write(b"$%d\r\n%s\r\n" % (len(command[1]), command[1]))
+            await writer.drain()
+        writer.close()
+
+    async with fake_redis(dies_after_first_time, redis_timeout=0.5) as client:
+        waiting = [asyncio.ensure_future(client.execute("ECHO", f"a{i}")) for i in range(3)]
+        await asyncio.sleep(0.05)  # the first connection has come and gone
+        later = [asyncio.ensure_future(client.execute("ECHO", f"b{i}")) for i in range(4)]
+        first = await asyncio.gather(*waiting, return_exceptions=True)
+        second = await asyncio.gather(*later, return_exceptions=True)
+    # Each caller gets its own reply or the lost connection's error, nothing else.
+    for i, outcome in enumerate(first):
+        assert outcome == f"a{i}".encode() or isinstance(outcome, RedisConnectionError), outcome
+    assert second == [b"b0", b"b1", b"b2", b"b3"]
 
 
 async def test_calls_racing_the_connection_run_on_the_selected_database(

@@ -12,10 +12,12 @@ import pytest
 from bench import harness
 
 
-def test_a_worker_is_named_by_its_port_and_other_processes_are_not_followed() -> None:
+def test_a_worker_is_followed_by_its_port_and_other_processes_are_not() -> None:
     me = os.getpid()
-    assert harness._process_name(me, {me: "8302"}) == "worker :8302"
-    assert harness._process_name(me, {}) is None  # pytest is no service process
+    info = harness.Info("redis://127.0.0.1:1/0", "postgresql://x@127.0.0.1:2/db", ".", 1, {})
+    assert me not in harness.followed_processes(info)  # pytest is no service process
+    info.workers["8302"] = me
+    assert harness.followed_processes(info)[me] == "worker :8302"
 
 
 _BURN = """
@@ -28,15 +30,15 @@ time.sleep(30)
 
 
 def test_cpu_seconds_counts_a_followed_process() -> None:
-    """A busy child named as a worker shows its CPU time, summed under its name."""
+    """A busy child shows the CPU time it used."""
     busy = subprocess.Popen([sys.executable, "-c", _BURN])
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            if harness.cpu_seconds({busy.pid: "1"}).get("worker :1", 0.0) >= 0.25:
+            if harness.cpu_seconds([busy.pid]).get(busy.pid, 0.0) >= 0.25:
                 break
             time.sleep(0.05)
-        assert harness.cpu_seconds({busy.pid: "1"})["worker :1"] >= 0.25
+        assert harness.cpu_seconds([busy.pid])[busy.pid] >= 0.25
     finally:
         busy.kill()
         busy.wait()
