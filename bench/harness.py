@@ -235,7 +235,7 @@ def _accept_pool(info: Info, base_url: str, wanted: int) -> Path:
             "offer_pool",
             "offer_request.lua",
             data / "prep-%d.tsv",
-            max(3, math.ceil(wanted / 2_000)),
+            max(3, math.ceil(wanted / 6_000)),
             connections=threads,
             threads=threads,
             harvest="offer",
@@ -255,7 +255,7 @@ def measure_one(info: Info, endpoint: str, port: int, seconds: float) -> str:
     base_url = f"http://127.0.0.1:{port}"
     data = Path(info.data) / file
     if endpoint == "accept":
-        data = _accept_pool(info, base_url, wanted=int(9_000 * seconds))
+        data = _accept_pool(info, base_url, wanted=int(7_000 * seconds))
     followed = followed_processes(info)
     before = cpu_seconds(followed)
     wrk_before = resource.getrusage(resource.RUSAGE_CHILDREN)
