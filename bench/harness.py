@@ -168,27 +168,13 @@ def _tokens(pid: int) -> list[str]:
     return raw.replace(b"\0", b" ").decode(errors="replace").split()
 
 
-def _process_tree(root_pid: int) -> list[int]:
-    """`root_pid` and every process below it."""
-    found, pending = [], [root_pid]
-    while pending:
-        pid = pending.pop()
-        found.append(pid)
-        try:
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                pending.extend(int(c) for c in (task / "children").read_text().split())
-        except OSError:
-            continue
-    return found
-
-
 def followed_processes(info: Info) -> dict[int, str]:
     """The harness' own processes by pid, named as `measure` shows them: each worker's tree
     (granian's I/O thread included), the Redis server and the Postgres server (all its
     processes) at the harness' ports, and the record writer."""
     named: dict[int, str] = {}
     for port, root in info.workers.items():
-        for pid in _process_tree(root):
+        for pid in server.process_tree(root):
             named[pid] = f"worker :{port}"
     redis_port = str(urlsplit(info.redis_url).port)
     postgres_port = str(urlsplit(info.database_url).port)
@@ -205,7 +191,7 @@ def followed_processes(info: Info) -> dict[int, str]:
         ):
             named[pid] = "redis"
         elif program == "postgres" and postgres_port in words:  # the postmaster (-p PORT)
-            for child in _process_tree(pid):
+            for child in server.process_tree(pid):
                 named[child] = "postgres (all processes)"
         elif "bidder.cli" in words and "writer" in words:
             named[pid] = "record writer"

@@ -208,6 +208,20 @@ class Writer:
         self.proc = None
 
 
+def process_tree(root_pid: int) -> list[int]:
+    """`root_pid` and every process below it (from /proc; those gone meanwhile left out)."""
+    found: list[int] = []
+    pending = [root_pid]
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                children = (task / "children").read_text().split()
+                pending.extend(int(c) for c in children)
+    return found
+
+
 @dataclass
 class Worker:
     """One granian worker serving bidder.app:app_from_env."""
@@ -296,18 +310,7 @@ class Worker:
 
     def worker_pids(self) -> list[int]:
         """Processes of the granian tree below the launcher (the worker holds the inventory)."""
-        if self.proc is None:
-            return []
-        found: list[int] = []
-        pending = [self.proc.pid]
-        while pending:
-            pid = pending.pop()
-            found.append(pid)
-            with contextlib.suppress(OSError):
-                for task in Path(f"/proc/{pid}/task").iterdir():
-                    children = (task / "children").read_text().split()
-                    pending.extend(int(c) for c in children)
-        return found
+        return [] if self.proc is None else process_tree(self.proc.pid)
 
     def rss_kib(self) -> dict[int, tuple[int, int]]:
         """VmRSS and VmHWM (peak) in KiB of every process of the tree, by pid."""

@@ -103,7 +103,7 @@ def _deal_show(args: argparse.Namespace) -> int:
 
 def _idempotency_key(value: str) -> str:
     try:
-        return check_idempotency_key(value) or value
+        return check_idempotency_key(value)
     except ServiceError as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
 

@@ -105,10 +105,8 @@ class ToppedUp(NamedTuple):
     replayed: bool
 
 
-def check_idempotency_key(key: str | None) -> str | None:
-    """An idempotency key as sent (None: none sent), or 400 when it cannot be one."""
-    if key is None:
-        return None
+def check_idempotency_key(key: str) -> str:
+    """An idempotency key as sent, or 400 when it cannot be one."""
     if not _KEY_CHARS.fullmatch(key):
         raise BadRequest(
             f"Idempotency-Key must be 1 to {MAX_KEY_CHARS} visible ASCII characters "
@@ -189,7 +187,9 @@ async def top_up(request: Request[Any, Any, Any], campaign_id: FromPath[str]) ->
     `Idempotency-Key` header makes a retry safe: the same key again adds nothing and answers
     with `Idempotent-Replayed: true`."""
     campaign_id = path_uuid(campaign_id, "campaign id")
-    key = check_idempotency_key(request.headers.get("idempotency-key"))
+    key = request.headers.get("idempotency-key")
+    if key is not None:
+        check_idempotency_key(key)
     body = await read_body(request, TopUp, "budget top-up")
     hot = runtime_of(request).hot
     async with postgres(request) as conn:
