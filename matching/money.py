@@ -112,6 +112,15 @@ def micros_to_cents(micros: int) -> Decimal:
     return plain(Decimal(micros) / _MICROS)
 
 
+def cents_text(micros: int) -> str:
+    """`str(micros_to_cents(micros))` with integer arithmetic: 2500000 -> "2.5", 0 -> "0"."""
+    whole, fraction = divmod(abs(micros), MICROS_PER_CENT)
+    sign = "-" if micros < 0 else ""
+    if not fraction:
+        return f"{sign}{whole}"
+    return f"{sign}{whole}.{fraction:06d}".rstrip("0")
+
+
 def play_price_micros(cpm_cents: Decimal, audience: Decimal) -> int:
     """Price of one play: cpm x audience / 1000, half-even to the micro-cent."""
     price = cpm_cents * audience * _MICROS / Decimal(1000)

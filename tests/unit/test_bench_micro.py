@@ -19,6 +19,7 @@ _CASES = (
     "HotState.respond (accept) without Redis",
     "parse_bid_request",
     "tracking_urls + render_vast",
+    "match_vast (the same, templated)",
     "loss_url",
     "bid_response",
 )
