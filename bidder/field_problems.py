@@ -7,17 +7,23 @@ on its own against a one-field Struct of the same type, on the error path only.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
 
 import msgspec
+import msgspec.inspect
 
-from bidder.errors import UNREADABLE_JSON
+from bidder.errors import UNREADABLE_JSON, BadRequest
 from matching.inventory import ITEM_TYPES, InventoryDocument, Problem
-from matching.money import json_decimal
+from matching.money import is_decimal_text, json_decimal
 from store.inventory_repo import InventoryRejected
 
 UNKNOWN_FIELD = "is not a field of this item"
+#: msgspec's words for a string it cannot read as a decimal, said of the strings it can read
+#: but no client means as a number (`"1_0"`, `" 1 "`, other scripts' digits): see
+#: `matching.money.is_decimal_text`.
+BAD_DECIMAL_TEXT = "Invalid decimal string"
 # Numbers as the typed decode reads them (a plain decode refuses `1e400` as out of range).
 _tree = msgspec.json.Decoder(float_hook=json_decimal)
 
@@ -33,16 +39,74 @@ def type_problems(body: dict[str, Any], into: type[msgspec.Struct]) -> list[tupl
             if field.required:
                 problems.append((field.encode_name, "is required"))
             continue
+        value = body[field.encode_name]
         try:
             one = _one_field(into, field.name, field.type)
-            msgspec.convert({field.name: body[field.encode_name]}, one)
+            msgspec.convert({field.name: value}, one)
         except msgspec.ValidationError as exc:
             message, _, where = str(exc).partition(" - at ")
             # The path says more only inside a nested value (`$.targeting.dayparts[0]`).
             if where and where.strip("`") != f"$.{field.name}":
                 message = f"{message} - at {where}"
             problems.append((field.encode_name, message))
+            continue
+        if _bad_decimal_text(into, field.encode_name, value):
+            problems.append((field.encode_name, BAD_DECIMAL_TEXT))
     return problems
+
+
+def decimal_text_problems(body: dict[str, Any], into: type[msgspec.Struct]) -> list[str]:
+    """The fields of `body` that `into` decodes into a Decimal and that hold a string msgspec
+    reads (as `Decimal()` does) but that is no number as JSON writes one."""
+    return [name for name in decimal_fields(into) if _bad_decimal_text(into, name, body.get(name))]
+
+
+def _bad_decimal_text(into: type[msgspec.Struct], name: str, value: Any) -> bool:
+    return isinstance(value, str) and name in decimal_fields(into) and not is_decimal_text(value)
+
+
+@lru_cache(maxsize=64)
+def decimal_fields(into: type[msgspec.Struct]) -> frozenset[str]:
+    """The JSON names of `into`'s fields that take a Decimal (alone or in a union)."""
+    info = msgspec.inspect.type_info(into)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return frozenset(
+        field.encode_name
+        for field in info.fields
+        if any(
+            isinstance(kind, msgspec.inspect.DecimalType)
+            for kind in (
+                field.type.types
+                if isinstance(field.type, msgspec.inspect.UnionType)
+                else (field.type,)
+            )
+        )
+    )
+
+
+def _decimal_as_text(types: list[type[msgspec.Struct]]) -> re.Pattern[bytes]:
+    """Matches where a body may give one of these types' Decimal fields as a string: the
+    field's name followed by a string, or any `\\u` escape (which can spell a name)."""
+    names = sorted({name for into in types for name in decimal_fields(into)})
+    alternatives = b"|".join(re.escape(name.encode()) for name in names)
+    return re.compile(rb'"(?:' + alternatives + rb')"\s*:\s*"|\\u')
+
+
+_INVENTORY_DECIMAL_AS_TEXT = _decimal_as_text(list(ITEM_TYPES.values()))
+
+
+def check_decimal_text(raw: bytes, into: type[Any], what: str) -> None:
+    """Raise BadRequest when `raw`, which msgspec decoded as `into`, gave one of the Struct's
+    own Decimal fields as a string that is no number as JSON writes one (`{"add_cents":
+    "1_0"}`): in the words msgspec uses for any other string that is not a number."""
+    if not (isinstance(into, type) and issubclass(into, msgspec.Struct)):
+        return
+    if not decimal_fields(into) or not _decimal_as_text([into]).search(raw):
+        return
+    tree = _tree.decode(raw)
+    bad = decimal_text_problems(tree, into) if isinstance(tree, dict) else []
+    if bad:
+        raise BadRequest(f"Invalid {what}: {BAD_DECIMAL_TEXT} - at `$.{bad[0]}`")
 
 
 @lru_cache(maxsize=64)
@@ -87,7 +151,8 @@ def document_problems(raw: bytes) -> list[Problem]:
                     Problem(list=kind, index=index, id=None, field="", message="must be an object")
                 )
                 continue
-            if _converts(item, item_type):  # only an item that fails is checked field by field
+            # Only an item that fails is checked field by field.
+            if _converts(item, item_type) and not decimal_text_problems(item, item_type):
                 continue
             item_id = item.get("id")
             problems += [
@@ -108,9 +173,14 @@ def decode_document(raw: bytes) -> InventoryDocument:
     listing every one (as the inventory rules' problems are listed); anything else msgspec
     refuses raises its own error (malformed JSON, a document that is not an object)."""
     try:
-        return msgspec.json.decode(raw, type=InventoryDocument)
+        doc = msgspec.json.decode(raw, type=InventoryDocument)
     except msgspec.ValidationError:
         problems = document_problems(raw)
         if problems:
             raise InventoryRejected(problems) from None
         raise
+    if _INVENTORY_DECIMAL_AS_TEXT.search(raw):  # decoded, but maybe from "1_0": look closer
+        problems = document_problems(raw)
+        if problems:
+            raise InventoryRejected(problems)
+    return doc

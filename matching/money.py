@@ -34,6 +34,13 @@ _MAX_DIGITS = 34
 _DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 
 
+def is_decimal_text(value: str) -> bool:
+    """Whether `value` is a number as JSON or a URL writes one. `Decimal()` (and msgspec's
+    decoding of a string into a Decimal) also reads `3_0`, other scripts' digits (`३०`) and
+    surrounding blanks, which no client means as a number."""
+    return _DECIMAL_TEXT.fullmatch(value) is not None
+
+
 class MoneyError(ValueError):
     """An amount that cannot be money: not a number, not finite, or finer than a micro-cent."""
 
@@ -47,9 +54,7 @@ def parse_cents(value: object) -> Decimal:
     elif isinstance(value, int):
         amount = Decimal(value)
     elif isinstance(value, str):
-        # Only a number as JSON or a URL spells it: Decimal() also reads `3_0`, other scripts'
-        # digits (`३०`) and surrounding blanks, which no client means as a number.
-        if _DECIMAL_TEXT.fullmatch(value) is None:
+        if not is_decimal_text(value):
             raise MoneyError("must be a number")
         try:
             amount = Decimal(value)

@@ -13,6 +13,7 @@ from litestar.handlers.base import BaseRouteHandler
 
 from bidder.auth import admin_token_ok, shown_as_id
 from bidder.errors import UNREADABLE_JSON, BadRequest, Unauthorized
+from bidder.field_problems import check_decimal_text
 from matching.inventory import Problem
 
 ADMIN_PREFIX = "/admin/v1"
@@ -53,11 +54,13 @@ def decode(body: bytes, into: type[T], what: str, *, optional: bool = False) -> 
     if optional and not body.strip():
         body = b"{}"
     try:
-        return msgspec.json.decode(body, type=into)
+        decoded = msgspec.json.decode(body, type=into)
     except msgspec.ValidationError as exc:
         raise BadRequest(f"Invalid {what}: {exc}") from None
     except UNREADABLE_JSON:
         raise BadRequest(f"Invalid {what}: the body is not valid JSON") from None
+    check_decimal_text(body, into, what)
+    return decoded
 
 
 async def read_body(request: Request[Any, Any, Any], into: type[T], what: str) -> T:

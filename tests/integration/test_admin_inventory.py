@@ -9,6 +9,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -295,6 +296,41 @@ async def test_an_invalid_document_lists_every_problem_and_applies_nothing(
     assert all(p["message"] for p in body["problems"])
     after = (await app_client.get("/admin/v1/inventory", headers=ADMIN)).content
     assert parsed(after) == parsed(before)
+
+
+async def test_numbers_written_as_no_client_means_them_are_refused(app_client: Client) -> None:
+    """Decimal() reads "2_50" as 250 and " 0.1 " as 0.1, and msgspec decodes a string into a
+    Decimal field with it; the Core API's parser refuses both, and so does the admin API:
+    every such field is listed, nothing is applied. Decimal strings as JSON writes numbers
+    ("250", "0.1") are taken."""
+    assert (await put_doc(app_client, full_document())).status_code == 200
+    before = (await app_client.get("/admin/v1/inventory", headers=ADMIN)).content
+
+    bad = full_document()
+    bad["campaigns"][0]["cpm_cents"] = "2_50"
+    bad["campaigns"][1]["daily_budget_cents"] = "\u0663"  # Arabic-Indic three
+    bad["publishers"][1]["commission_rate"] = " 0.1 "
+    bad["screens"][0]["audience_per_play"] = "1e1\n"
+    response = await put_doc(app_client, bad)
+
+    assert response.status_code == 400, response.text
+    found = {(p["list"], p["index"], p["field"]) for p in response.json()["problems"]}
+    assert found == {
+        ("campaigns", 0, "cpm_cents"),
+        ("campaigns", 1, "daily_budget_cents"),
+        ("publishers", 1, "commission_rate"),
+        ("screens", 0, "audience_per_play"),
+    }
+    after = (await app_client.get("/admin/v1/inventory", headers=ADMIN)).content
+    assert parsed(after) == parsed(before)
+
+    fine = full_document()
+    fine["campaigns"][0]["cpm_cents"] = "250"
+    fine["publishers"][1]["commission_rate"] = "0.1"
+    assert (await put_doc(app_client, fine)).status_code == 200, "strings JSON-like are numbers"
+    shown = parsed((await app_client.get("/admin/v1/inventory", headers=ADMIN)).content)
+    assert shown["campaigns"][0]["cpm_cents"] == Decimal("250")
+    assert shown["publishers"][1]["commission_rate"] == Decimal("0.1")
 
 
 async def test_a_stored_screens_external_id_is_listed_with_the_other_problems(

@@ -508,6 +508,11 @@ async def test_a_top_up_postgres_committed_is_a_success_while_redis_is_down(
         b'{"add_cents": 0}',
         b'{"add_cents": -5}',
         b'{"add_cents": "abc"}',
+        # Strings Decimal() reads but no client means as a number (they added 10 and 1).
+        b'{"add_cents": "1_0"}',
+        b'{"add_cents": " 1 "}',
+        b'{"add\\u005fcents": "1_0"}',  # the name spelled with an escape
+        '{"add_cents": "\u0663"}'.encode(),  # Arabic-Indic three
         b'{"add_cents": true}',
         b'{"add_cents": 0.0000001}',
         b'{"add_cents": 9000000001}',
