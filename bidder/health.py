@@ -60,6 +60,7 @@ async def _readiness(request: Request[Any, Any, Any]) -> tuple[dict[str, Any], b
     body["inventory"] = (
         {
             "status": "ok",
+            "source": rt.inventory_source,
             "version": snapshot.version,
             "screens": len(snapshot.screens),
             "campaigns": len(snapshot.campaigns),

@@ -20,8 +20,9 @@ from redis.exceptions import RedisError
 from bidder.observability import Metrics
 from bidder.settings import Settings
 from matching.engine import Budget
-from matching.snapshot import SHARDS, Snapshot, build_snapshot
-from store.hot import HotState, connect
+from matching.inventory import InventoryDocument
+from matching.snapshot import SHARDS, ApiKeyInfo, Snapshot, build_snapshot
+from store.hot import HotState, connect, decode_inventory_copy, encode_inventory_copy
 from store.inventory_repo import current_version, export_document, load_api_keys
 from store.pipelined import PipelinedRedis
 from store.postgres import create_pool
@@ -80,6 +81,9 @@ class Runtime:
         self.metrics = Metrics()
         self.pool: asyncpg.Pool | None = None
         self.snapshot: Snapshot | None = None
+        # Where the snapshot came from: "postgres", or "redis copy" (load_inventory_copy).
+        self.inventory_source = "postgres"
+        self._copied_version: int | None = None  # the version this worker left in Redis
         self.budgets: dict[str, Budget] = {}
         # Answers folded into `budgets` so far, and the count at each campaign's last one: a
         # refresh read leaves a campaign alone when an answer for it came in during the read.
@@ -106,6 +110,8 @@ class Runtime:
             await self.connect_postgres()
         with contextlib.suppress(Exception):
             await self.reload_inventory()
+        if self.snapshot is None:
+            await self._try_inventory_copy()
         self._spawn(self._inventory_loop())
         self._spawn(self._budget_loop())
         self._spawn(self._sweep_loop())
@@ -233,6 +239,7 @@ class Runtime:
             version = await current_version(conn)
             current = self.snapshot is not None and self.snapshot.version == version
             if current and not self._keeping_reloads:
+                self.inventory_source = "postgres"  # a copy's version is Postgres' own again
                 return False
             doc = await export_document(conn)
             keys = await load_api_keys(conn)
@@ -249,7 +256,13 @@ class Runtime:
                 "totals of newer top-ups kept; reloading again",
                 extra={"kept": kept, "version": version},
             )
+        self._install(snapshot, "postgres")
+        await self._keep_copy(version, doc, keys)
+        return True
+
+    def _install(self, snapshot: Snapshot, source: str) -> None:
         self.snapshot = snapshot
+        self.inventory_source = source
         # The snapshot lives until the next inventory change: exempt it (and the rest of the
         # heap as it stands) from the cyclic collector, so a full collection during traffic
         # walks only what requests allocate, not the inventory (~100 ms pauses otherwise).
@@ -260,12 +273,67 @@ class Runtime:
         log.info(
             "inventory loaded",
             extra={
-                "version": version,
+                "version": snapshot.version,
+                "source": source,
                 "screens": len(snapshot.screens),
                 "campaigns": len(snapshot.campaigns),
             },
         )
+
+    async def _keep_copy(
+        self, version: int, doc: InventoryDocument, keys: dict[bytes, ApiKeyInfo]
+    ) -> None:
+        """Leave what this snapshot was built of in Redis, for a worker that starts while
+        Postgres is down (`load_inventory_copy`), unless a copy of this version is there.
+
+        The copy is the last one written, not the newest version: a worker that read an older
+        version late and wrote it over a newer copy reloads the newer version at its next poll
+        and writes that, and after Postgres was restored to an older version the copy follows
+        it (a newest-wins rule would keep the lost version's copy). A failure only costs the
+        copy: it is logged, and the next version tries again."""
+        if self._copied_version == version:
+            return
+        try:
+            if await self.hot.stored_copy_version() != version:
+                copy = await asyncio.to_thread(encode_inventory_copy, version, doc, keys)
+                await self.hot.save_inventory_copy(copy, version)
+            self._copied_version = version
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.warning(
+                "inventory copy not kept in Redis",
+                extra={"error": type(exc).__name__, "version": version},
+            )
+
+    async def load_inventory_copy(self) -> bool:
+        """Serve the inventory copy Redis keeps (the newest version any worker loaded) while
+        Postgres cannot give the inventory: a worker (re)started during a Postgres outage can
+        serve, as the workers that were running keep serving their last snapshot. The next
+        reload from Postgres replaces it. True when a copy was loaded."""
+        copy = await self.hot.load_inventory_copy()
+        if copy is None:
+            return False
+
+        def build() -> Snapshot:
+            kept = decode_inventory_copy(copy)
+            return build_snapshot(kept.document, dict(kept.keys), kept.version)
+
+        snapshot = await asyncio.to_thread(build)
+        if self.snapshot is not None:  # Postgres answered meanwhile
+            return False
+        self._install(snapshot, "redis copy")
+        log.warning(
+            "Postgres unreachable: serving the inventory copy kept in Redis",
+            extra={"version": snapshot.version},
+        )
         return True
+
+    async def _try_inventory_copy(self) -> None:
+        try:
+            await self.load_inventory_copy()
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.warning("inventory copy unreadable", extra={"error": type(exc).__name__})
+        except Exception as exc:  # a copy this release cannot read (msgspec's errors)
+            log.warning("inventory copy unusable", extra={"error": str(exc)[:200]})
 
     async def _inventory_loop(self) -> None:
         while await self.sleep(self.settings.inventory_poll_seconds):
@@ -276,6 +344,8 @@ class Runtime:
                 self._note_reload_failure(type(exc).__name__)
             except Exception:
                 log.exception("inventory reload failed")
+            if self.snapshot is None:  # never loaded: Redis may hold a copy by now
+                await self._try_inventory_copy()
 
     def _note_reload_failure(self, failure: str | None) -> None:
         """Keep the last reload failure for /readyz, and say in the log when it starts and

@@ -26,8 +26,8 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from matching.engine import Budget
-from matching.inventory import CANONICAL_UUID
-from matching.snapshot import SHARDS, CampaignInfo
+from matching.inventory import CANONICAL_UUID, InventoryDocument
+from matching.snapshot import SHARDS, ApiKeyInfo, CampaignInfo
 from store.pipelined import Arg, PipelinedRedis, PipelinedScript
 
 QUEUE_GROUP = "writers"
@@ -235,6 +235,32 @@ _REPLY_MARGIN_S = 0.05
 
 def _late() -> RedisTimeoutError:
     return RedisTimeoutError("Redis ran the script after its deadline: nothing was changed")
+
+
+#: The hash holding the newest inventory a worker loaded: `version` and `copy`.
+INVENTORY_COPY_KEY = "inventory:copy"
+
+
+class InventoryCopy(msgspec.Struct, array_like=True):
+    """What a snapshot is built of: the inventory document, the usable API keys (by hash; the
+    plain keys are never stored) and the inventory version they were read at."""
+
+    version: int
+    document: InventoryDocument
+    keys: list[tuple[bytes, ApiKeyInfo]]
+
+
+_copy_decoder = msgspec.msgpack.Decoder(InventoryCopy)
+
+
+def encode_inventory_copy(
+    version: int, document: InventoryDocument, keys: Mapping[bytes, ApiKeyInfo]
+) -> bytes:
+    return msgspec.msgpack.encode(InventoryCopy(version, document, list(keys.items())))
+
+
+def decode_inventory_copy(copy: bytes) -> InventoryCopy:
+    return _copy_decoder.decode(copy)
 
 
 class _Script(Protocol):
@@ -586,6 +612,20 @@ class HotState:
                     pipe.delete(billing_codes_key(shard))
             await pipe.execute()
         return kept
+
+    async def stored_copy_version(self) -> int | None:
+        """The version of the inventory copy in Redis; None when there is none."""
+        version = await self.redis.hget(INVENTORY_COPY_KEY, "version")
+        return None if version is None else int(version)
+
+    async def save_inventory_copy(self, copy: bytes, version: int) -> None:
+        """Keep `copy` (an `encode_inventory_copy` of `version`) in place of the one there."""
+        await self.redis.hset(INVENTORY_COPY_KEY, mapping={"version": version, "copy": copy})
+
+    async def load_inventory_copy(self) -> bytes | None:
+        """The inventory copy (for `decode_inventory_copy`); None when there is none."""
+        copy = await self.redis.hget(INVENTORY_COPY_KEY, "copy")
+        return copy if isinstance(copy, bytes) else None  # a client of ours reads bytes
 
     async def set_budget_total(
         self, campaign_id: str, shard: int, total_micros: int, version: int

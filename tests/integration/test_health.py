@@ -5,19 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
+import redis
 from litestar.testing import AsyncTestClient
 
 from bidder.app import create_app
+from bidder.core._common import CORE_PREFIX
 from bidder.observability import request_id_var
 from bidder.runtime import Runtime
+from store.hot import INVENTORY_COPY_KEY, decode_inventory_copy
 from store.local_servers import PostgresServer, free_port
 from store.postgres import migrate
 from tests.conftest import ServerUrls, make_settings, wait_for_inventory
-from tests.factories import basic_document, seed
+from tests.factories import (
+    SCREEN_MOVING,
+    SCREEN_STATIC,
+    basic_document,
+    make_key,
+    seed,
+)
 
 
 async def test_not_ready_without_redis(servers: ServerUrls, clean: None) -> None:
@@ -71,6 +82,121 @@ async def test_postgres_down_keeps_a_loaded_instance_ready(
             assert down["inventory"]["status"] == "ok"
     finally:
         postgres.stop()
+
+
+async def test_a_worker_started_while_postgres_is_down_serves_the_inventory_copy(
+    servers: ServerUrls, clean: None, tmp_path: Path
+) -> None:
+    """Decisions section 8: Postgres being down must not turn into an outage. A worker that
+    was running keeps its snapshot (above); one (re)started during the outage builds its
+    snapshot from the copy the last loading worker left in Redis, serves, and says so in
+    /readyz; when Postgres answers again the copy's version is Postgres' own."""
+    postgres = PostgresServer(tmp_path / "pg", free_port())
+    postgres.start()
+    try:
+        conn = await asyncpg.connect(postgres.url)
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+        await seed(postgres.url, basic_document())
+        key = await make_key(postgres.url)
+        auth = {"Authorization": f"Bearer {key}"}
+        settings = make_settings(servers, DATABASE_URL=postgres.url, RECORD_WRITER="0")
+        async with AsyncTestClient(create_app(settings)) as client:
+            first = (await client.get("/readyz")).json()["inventory"]
+            assert first["source"] == "postgres"
+
+        postgres.stop()
+        async with AsyncTestClient(create_app(settings)) as client:
+            ready = await client.get("/readyz")
+            assert ready.status_code == 200, ready.text
+            body = ready.json()
+            assert body["postgres"] != "ok"
+            assert body["inventory"] == {**first, "source": "redis copy"}
+            offer = await client.get(f"{CORE_PREFIX}/offers/request/{SCREEN_MOVING}", headers=auth)
+            assert offer.status_code == 200, offer.text
+            # The campaign, creative and billing code of the inventory in Postgres.
+            assert offer.json()["asset_url"] == "https://cdn.example/summer.mp4"
+            assert offer.json()["billing_code"] == "BILL-FIZZY-METRO"
+            wrong = await client.get(
+                f"{CORE_PREFIX}/offers/request/{SCREEN_MOVING}",
+                headers={"Authorization": "Bearer dk_stg_" + "x" * 40},
+            )
+            assert wrong.status_code == 401  # the keys came with the copy, and only they
+
+            postgres.start()
+            for _ in range(100):
+                body = (await client.get("/readyz")).json()
+                if body["postgres"] == "ok" and body["inventory"]["source"] == "postgres":
+                    break
+                await asyncio.sleep(0.1)
+            assert body["inventory"] == first
+    finally:
+        postgres.stop()
+
+
+async def test_without_postgres_or_a_copy_a_worker_is_not_ready(
+    servers: ServerUrls, clean: None
+) -> None:
+    closed = f"postgresql://postgres@127.0.0.1:{free_port()}/none"
+    app = create_app(make_settings(servers, DATABASE_URL=closed, RECORD_WRITER="0"))
+    async with AsyncTestClient(app) as client:
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503, ready.text
+        assert ready.json()["inventory"] == {"status": "not loaded"}
+
+
+async def test_an_unreadable_copy_leaves_the_worker_not_ready_and_says_why(
+    servers: ServerUrls, clean: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A copy this release cannot read (another release's layout) is not served."""
+    redis.Redis.from_url(servers.redis_url).hset(
+        INVENTORY_COPY_KEY, mapping={"version": 7, "copy": b"\x93\x07\xa1x"}
+    )
+    closed = f"postgresql://postgres@127.0.0.1:{free_port()}/none"
+    app = create_app(make_settings(servers, DATABASE_URL=closed, RECORD_WRITER="0"))
+    logging.getLogger().addHandler(caplog.handler)  # create_app set the root's handlers
+    caplog.set_level(logging.WARNING, logger="bidder.runtime")
+    async with AsyncTestClient(app) as client:
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503, ready.text
+    assert any(r.getMessage() == "inventory copy unusable" for r in caplog.records)
+
+
+async def test_the_copy_follows_the_version_postgres_has(
+    servers: ServerUrls, clean: None, redis_client: Any
+) -> None:
+    """The copy is rewritten at each new version, and after a restore to an older version
+    too: it is what Postgres last gave, never a version Postgres no longer has."""
+    await seed(servers.database_url, basic_document())
+    app = create_app(make_settings(servers, RECORD_WRITER="0"))
+    async with AsyncTestClient(app) as client:
+        await wait_for_inventory(client)
+        rt: Runtime = client.app.state.runtime
+        hot = rt.hot
+
+        def stored() -> int | None:
+            return client.blocking_portal.call(hot.stored_copy_version)
+
+        assert rt.snapshot is not None
+        assert stored() == rt.snapshot.version
+        conn = await asyncpg.connect(servers.database_url)
+        try:
+            await conn.execute("UPDATE screens SET name = 'Renamed' WHERE id = $1", SCREEN_STATIC)
+            await conn.execute("UPDATE inventory_version SET version = version + 1")
+            await wait_for_inventory(client)
+            newer = rt.snapshot.version
+            assert stored() == newer
+            copy = client.blocking_portal.call(hot.load_inventory_copy)
+            assert copy is not None
+            kept = decode_inventory_copy(copy)
+            assert {s.id: s.name for s in kept.document.screens}[SCREEN_STATIC] == "Renamed"
+            await conn.execute("UPDATE inventory_version SET version = version - 5")
+            await wait_for_inventory(client)
+            assert stored() == newer - 5
+        finally:
+            await conn.close()
 
 
 async def test_metrics_count_requests_by_route(
