@@ -58,7 +58,9 @@ def type_problems(body: dict[str, Any], into: type[msgspec.Struct]) -> list[tupl
 def decimal_text_problems(body: dict[str, Any], into: type[msgspec.Struct]) -> list[str]:
     """The fields of `body` that `into` decodes into a Decimal and that hold a string msgspec
     reads (as `Decimal()` does) but that is no number as JSON writes one."""
-    return [name for name in decimal_fields(into) if _bad_decimal_text(into, name, body.get(name))]
+    return sorted(
+        name for name in decimal_fields(into) if _bad_decimal_text(into, name, body.get(name))
+    )
 
 
 def _bad_decimal_text(into: type[msgspec.Struct], name: str, value: Any) -> bool:
@@ -84,7 +86,8 @@ def decimal_fields(into: type[msgspec.Struct]) -> frozenset[str]:
     )
 
 
-def _decimal_as_text(types: list[type[msgspec.Struct]]) -> re.Pattern[bytes]:
+@lru_cache(maxsize=64)
+def _decimal_as_text(types: tuple[type[msgspec.Struct], ...]) -> re.Pattern[bytes]:
     """Matches where a body may give one of these types' Decimal fields as a string: the
     field's name followed by a string, or any `\\u` escape (which can spell a name)."""
     names = sorted({name for into in types for name in decimal_fields(into)})
@@ -92,7 +95,7 @@ def _decimal_as_text(types: list[type[msgspec.Struct]]) -> re.Pattern[bytes]:
     return re.compile(rb'"(?:' + alternatives + rb')"\s*:\s*"|\\u')
 
 
-_INVENTORY_DECIMAL_AS_TEXT = _decimal_as_text(list(ITEM_TYPES.values()))
+_INVENTORY_DECIMAL_AS_TEXT = _decimal_as_text(tuple(ITEM_TYPES.values()))
 
 
 def check_decimal_text(raw: bytes, into: type[Any], what: str) -> None:
@@ -101,7 +104,7 @@ def check_decimal_text(raw: bytes, into: type[Any], what: str) -> None:
     "1_0"}`): in the words msgspec uses for any other string that is not a number."""
     if not (isinstance(into, type) and issubclass(into, msgspec.Struct)):
         return
-    if not decimal_fields(into) or not _decimal_as_text([into]).search(raw):
+    if not decimal_fields(into) or not _decimal_as_text((into,)).search(raw):
         return
     tree = _tree.decode(raw)
     bad = decimal_text_problems(tree, into) if isinstance(tree, dict) else []

@@ -8,21 +8,31 @@ import asyncio
 import contextlib
 import contextvars
 import gc
+import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import asyncpg
+import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from bidder.observability import Metrics
 from bidder.settings import Settings
+from bidder.signing import signer
 from matching.engine import Budget
 from matching.inventory import InventoryDocument
 from matching.snapshot import SHARDS, ApiKeyInfo, Snapshot, build_snapshot
-from store.hot import HotState, connect, decode_inventory_copy, encode_inventory_copy
+from store.hot import (
+    INVENTORY_COPY_FORMAT,
+    HotState,
+    connect,
+    copy_stamp,
+    decode_inventory_copy,
+    encode_inventory_copy,
+)
 from store.inventory_repo import current_version, export_document, load_api_keys
 from store.pipelined import PipelinedRedis
 from store.postgres import create_pool
@@ -49,6 +59,11 @@ _POSTGRES_PROBE_TIMEOUT_SECONDS = 5.0
 _STOP_TASKS_SECONDS = 5.0
 #: How long `stop` waits for the pool's connections to be released before it closes them.
 _POOL_CLOSE_SECONDS = 5.0
+#: What an unreachable or failing Postgres or Redis raises: reported, retried, never a traceback.
+_OUTAGE = (OSError, asyncpg.PostgresError, TimeoutError, RedisError)
+#: Failures to read the inventory from Postgres that are a deploy's mistake, not an outage: a
+#: worker does not serve the Redis copy on them (it stays unready, as a bad deploy should).
+_MISCONFIGURED = (asyncpg.InvalidAuthorizationSpecificationError, asyncpg.InvalidCatalogNameError)
 
 
 def _where(task: asyncio.Task[None]) -> tuple[str, str]:
@@ -83,7 +98,8 @@ class Runtime:
         self.snapshot: Snapshot | None = None
         # Where the snapshot came from: "postgres", or "redis copy" (load_inventory_copy).
         self.inventory_source = "postgres"
-        self._copied_version: int | None = None  # the version this worker left in Redis
+        self._copy_problem: str | None = None  # what keeping the copy last failed on
+        self._refused_copy: str | None = None  # the stamp of a copy found unusable
         self.budgets: dict[str, Budget] = {}
         # Answers folded into `budgets` so far, and the count at each campaign's last one: a
         # refresh read leaves a campaign alone when an answer for it came in during the read.
@@ -108,10 +124,13 @@ class Runtime:
         Never fails on an unreachable dependency: /readyz reports it and the loops retry."""
         with contextlib.suppress(Exception):
             await self.connect_postgres()
-        with contextlib.suppress(Exception):
+        try:
             await self.reload_inventory()
-        if self.snapshot is None:
-            await self._try_inventory_copy()
+        except _OUTAGE as exc:
+            await self._try_inventory_copy(exc)
+        except Exception as exc:
+            log.exception("inventory load failed")
+            await self._try_inventory_copy(exc)
         self._spawn(self._inventory_loop())
         self._spawn(self._budget_loop())
         self._spawn(self._sweep_loop())
@@ -240,6 +259,10 @@ class Runtime:
             current = self.snapshot is not None and self.snapshot.version == version
             if current and not self._keeping_reloads:
                 self.inventory_source = "postgres"  # a copy's version is Postgres' own again
+                if await self._copy_wanted(version):  # lost, stale or of another layout
+                    await self._keep_copy(
+                        version, await export_document(conn), await load_api_keys(conn)
+                    )
                 return False
             doc = await export_document(conn)
             keys = await load_api_keys(conn)
@@ -257,7 +280,8 @@ class Runtime:
                 extra={"kept": kept, "version": version},
             )
         self._install(snapshot, "postgres")
-        await self._keep_copy(version, doc, keys)
+        if await self._copy_wanted(version):
+            await self._keep_copy(version, doc, keys)
         return True
 
     def _install(self, snapshot: Snapshot, source: str) -> None:
@@ -280,72 +304,124 @@ class Runtime:
             },
         )
 
+    # -- the inventory copy in Redis (docs/decisions.md, "A copy of the inventory in Redis") --
+
+    async def _copy_wanted(self, version: int) -> bool:
+        """Whether this worker should write the copy of `version`, which it holds and Postgres
+        has: the copy in Redis is of another version or layout (or gone) and no other worker
+        claimed the write. Checked at every poll (one HGET), so a copy that a late writer
+        made older, that Redis lost, or that an older release wrote, is mended within a poll;
+        the copy is the last one Postgres gave, never a newest-version-wins (after a restore
+        of Postgres to an older version it follows Postgres)."""
+        stamp = self._copy_stamp(version)
+        try:
+            if await self.hot.stored_copy_stamp() == stamp:
+                return False
+            return await self.hot.claim_copy_write(stamp)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._note_copy_problem(f"not checked: {type(exc).__name__}")
+            return False
+
     async def _keep_copy(
         self, version: int, doc: InventoryDocument, keys: dict[bytes, ApiKeyInfo]
     ) -> None:
-        """Leave what this snapshot was built of in Redis, for a worker that starts while
-        Postgres is down (`load_inventory_copy`), unless a copy of this version is there.
+        """Write what this snapshot is built of to Redis, signed with the newest signing
+        secret, for a worker that starts while Postgres is down (`load_inventory_copy`)."""
+        secret = self.settings.signing_secret
 
-        The copy is the last one written, not the newest version: a worker that read an older
-        version late and wrote it over a newer copy reloads the newer version at its next poll
-        and writes that, and after Postgres was restored to an older version the copy follows
-        it (a newest-wins rule would keep the lost version's copy). A failure only costs the
-        copy: it is logged, and the next version tries again."""
-        if self._copied_version == version:
-            return
+        def encoded() -> tuple[bytes, str]:
+            copy = encode_inventory_copy(version, doc, keys)
+            return copy, signer(secret).token(copy)
+
+        stamp = self._copy_stamp(version)
         try:
-            if await self.hot.stored_copy_version() != version:
-                copy = await asyncio.to_thread(encode_inventory_copy, version, doc, keys)
-                await self.hot.save_inventory_copy(copy, version)
-            self._copied_version = version
+            copy, mac = await asyncio.to_thread(encoded)
+            try:
+                await self.hot.save_inventory_copy(stamp, mac, copy)
+            finally:
+                await self.hot.release_copy_claim(stamp)
         except (RedisError, OSError, TimeoutError) as exc:
-            log.warning(
-                "inventory copy not kept in Redis",
-                extra={"error": type(exc).__name__, "version": version},
-            )
+            self._note_copy_problem(f"not written: {type(exc).__name__}")
+            return
+        self._note_copy_problem(None)
+        log.info("inventory copy kept in Redis", extra={"version": version, "bytes": len(copy)})
+
+    def _copy_stamp(self, version: int) -> str:
+        # The signing secret named by a token of its own, never by itself.
+        return copy_stamp(version, signer(self.settings.signing_secret).token(b"copy")[:8])
+
+    def _note_copy_problem(self, problem: str | None) -> None:
+        """Say in the log when keeping the copy starts and stops failing (not every poll)."""
+        if problem != self._copy_problem:
+            self._copy_problem = problem
+            if problem is not None:
+                log.warning("inventory copy in Redis %s", problem)
 
     async def load_inventory_copy(self) -> bool:
-        """Serve the inventory copy Redis keeps (the newest version any worker loaded) while
-        Postgres cannot give the inventory: a worker (re)started during a Postgres outage can
-        serve, as the workers that were running keep serving their last snapshot. The next
-        reload from Postgres replaces it. True when a copy was loaded."""
-        copy = await self.hot.load_inventory_copy()
-        if copy is None:
+        """Serve the inventory copy Redis keeps (the version the last loading worker read)
+        while Postgres cannot give the inventory: a worker (re)started during a Postgres
+        outage serves, as the workers that were running keep serving their last snapshot. The
+        next reload from Postgres replaces it. A copy of another layout, or signed by no
+        configured secret (anything that can write to Redis could otherwise give a worker
+        keys), is refused once and not read again until another copy is there. True when a
+        copy was loaded."""
+        found = await self.hot.load_inventory_copy()
+        if found is None:
             return False
+        stamp, mac, copy = found
+        if stamp == self._refused_copy:
+            return False
+        layout, _, _ = stamp.partition(":")
+        secrets = self.settings.signing_secrets
 
-        def build() -> Snapshot:
-            kept = decode_inventory_copy(copy)
+        def build() -> Snapshot | str:
+            if layout != str(INVENTORY_COPY_FORMAT):
+                return f"layout {layout}, this release reads {INVENTORY_COPY_FORMAT}"
+            if not any(hmac.compare_digest(signer(secret).token(copy), mac) for secret in secrets):
+                return "signed by no configured signing secret"
+            try:
+                kept = decode_inventory_copy(copy)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                return f"unreadable: {str(exc)[:200]}"
             return build_snapshot(kept.document, dict(kept.keys), kept.version)
 
-        snapshot = await asyncio.to_thread(build)
+        built = await asyncio.to_thread(build)
+        if isinstance(built, str):
+            self._refused_copy = stamp
+            log.warning("inventory copy unusable", extra={"stamp": stamp, "reason": built})
+            return False
         if self.snapshot is not None:  # Postgres answered meanwhile
             return False
-        self._install(snapshot, "redis copy")
+        self._install(built, "redis copy")
         log.warning(
             "Postgres unreachable: serving the inventory copy kept in Redis",
-            extra={"version": snapshot.version},
+            extra={"version": built.version},
         )
         return True
 
-    async def _try_inventory_copy(self) -> None:
+    async def _try_inventory_copy(self, failure: BaseException) -> None:
+        """After a failed load from Postgres, the copy, if this worker has no snapshot yet and
+        the failure is no misconfiguration: a wrong password or database name is a deploy to
+        stop (unready), not an outage to ride out."""
+        if self.snapshot is not None or isinstance(failure, _MISCONFIGURED):
+            return
         try:
             await self.load_inventory_copy()
         except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("inventory copy unreadable", extra={"error": type(exc).__name__})
-        except Exception as exc:  # a copy this release cannot read (msgspec's errors)
-            log.warning("inventory copy unusable", extra={"error": str(exc)[:200]})
+            self._note_copy_problem(f"not read: {type(exc).__name__}")
+        except Exception:
+            log.exception("inventory copy not loaded")
 
     async def _inventory_loop(self) -> None:
         while await self.sleep(self.settings.inventory_poll_seconds):
             try:
                 await self.reload_inventory()
                 self._note_reload_failure(None)
-            except (OSError, asyncpg.PostgresError, TimeoutError, RedisError) as exc:
+            except _OUTAGE as exc:
                 self._note_reload_failure(type(exc).__name__)
+                await self._try_inventory_copy(exc)  # never loaded: Redis may have a copy now
             except Exception:
                 log.exception("inventory reload failed")
-            if self.snapshot is None:  # never loaded: Redis may hold a copy by now
-                await self._try_inventory_copy()
 
     def _note_reload_failure(self, failure: str | None) -> None:
         """Keep the last reload failure for /readyz, and say in the log when it starts and

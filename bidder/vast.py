@@ -10,6 +10,7 @@ whose `InLine` sequence puts `AdSystem`, `Extensions` and `Impression` before `A
 from __future__ import annotations
 
 import re
+import weakref
 from decimal import Decimal
 from functools import lru_cache
 from xml.sax.saxutils import quoteattr
@@ -207,11 +208,11 @@ def match_vast(
     the campaign, its advertiser and the creative is escaped once per creative (`_Static`),
     and each offer adds its ids, price, billing code, signed URLs and expiry."""
     campaign, creative = match.campaign, match.creative
-    advertiser = snapshot.advertisers.get(campaign.advertiser_id)
     urls = _TrackingUrls(
         settings, offer_id, screen.publisher_id, screen.id, now_ms, openrtb=openrtb
     )
     if _ATTR_SPECIAL.search(offer_id):  # never one of ours: the general way escapes it
+        advertiser = snapshot.advertisers.get(campaign.advertiser_id)
         return render_vast(
             VastAd(
                 offer_id=offer_id,
@@ -231,7 +232,7 @@ def match_vast(
                 tracking={event: urls(event) for event in LINEAR_EVENTS},
             )
         )
-    parts = _static(campaign, creative, advertiser)
+    parts = _statics.of(snapshot, campaign, creative)
     billing = "" if billing_code is None else _text(billing_code)
     tracking = "".join(
         [
@@ -370,21 +371,16 @@ class _Static:
     offer's own values to the next."""
 
     __slots__ = (
-        "advertiser",
         "after_billing",
         "after_creative_id",
         "after_impression",
         "after_media_id",
         "after_tracking",
-        "campaign",
-        "creative",
     )
 
     def __init__(
         self, campaign: CampaignInfo, creative: CreativeInfo, advertiser: Advertiser | None
     ) -> None:
-        # What they were made of, kept so that `_static` can tell a new snapshot's objects.
-        self.campaign, self.creative, self.advertiser = campaign, creative, advertiser
         name = advertiser.name if advertiser is not None else ""
         domain = advertiser.domain if advertiser is not None else ""
         self.after_billing = (
@@ -412,25 +408,28 @@ class _Static:
         )
 
 
-# By the id() of a creative; each entry holds its objects, so no id is reused while it lives.
-_statics: dict[int, _Static] = {}
-#: Entries kept at most: the creatives bid on since the cache was last emptied.
-STATIC_CACHE_SIZE = 16_384
+class _Statics:
+    """The `_Static` of each creative of one snapshot, by the creative's id(): the snapshot
+    holds its creatives, so no id is reused while it lives. A request on another snapshot
+    (the next one after a reload, or the one before for a request still in flight) starts
+    the text afresh, so text is kept for one snapshot at a time and never outlives it (the
+    snapshot is only weakly referenced)."""
 
+    __slots__ = ("by_creative", "snapshot")
 
-def _static(
-    campaign: CampaignInfo, creative: CreativeInfo, advertiser: Advertiser | None
-) -> _Static:
-    """The `_Static` of these objects; made again when a snapshot replaced any of them."""
-    found = _statics.get(id(creative))
-    if (
-        found is not None
-        and found.creative is creative
-        and found.campaign is campaign
-        and found.advertiser is advertiser
-    ):
+    def __init__(self) -> None:
+        self.snapshot: weakref.ref[Snapshot] | None = None
+        self.by_creative: dict[int, _Static] = {}
+
+    def of(self, snapshot: Snapshot, campaign: CampaignInfo, creative: CreativeInfo) -> _Static:
+        if self.snapshot is None or self.snapshot() is not snapshot:
+            self.snapshot = weakref.ref(snapshot)
+            self.by_creative = {}
+        found = self.by_creative.get(id(creative))
+        if found is None:
+            advertiser = snapshot.advertisers.get(campaign.advertiser_id)
+            found = self.by_creative[id(creative)] = _Static(campaign, creative, advertiser)
         return found
-    if len(_statics) >= STATIC_CACHE_SIZE:
-        _statics.clear()  # older snapshots' objects go with it
-    made = _statics[id(creative)] = _Static(campaign, creative, advertiser)
-    return made
+
+
+_statics = _Statics()

@@ -237,8 +237,13 @@ def _late() -> RedisTimeoutError:
     return RedisTimeoutError("Redis ran the script after its deadline: nothing was changed")
 
 
-#: The hash holding the newest inventory a worker loaded: `version` and `copy`.
+#: The hash holding the inventory a worker last loaded: `stamp`, `mac` and `copy`.
 INVENTORY_COPY_KEY = "inventory:copy"
+#: The layout of `InventoryCopy` and what it holds. A release that changes either bumps it: its
+#: workers then write the copy again, and never read one of another layout.
+INVENTORY_COPY_FORMAT = 1
+#: How long a worker's claim to write the copy of one stamp keeps the others from writing it.
+COPY_CLAIM_MS = 30_000
 
 
 class InventoryCopy(msgspec.Struct, array_like=True):
@@ -251,6 +256,12 @@ class InventoryCopy(msgspec.Struct, array_like=True):
 
 
 _copy_decoder = msgspec.msgpack.Decoder(InventoryCopy)
+
+
+def copy_stamp(version: int, signed_by: str) -> str:
+    """What a copy says it is: the layout, the inventory version and which secret signed it
+    (`1:42:Kx3...`), so a rotation of the signing secret has the copy written again too."""
+    return f"{INVENTORY_COPY_FORMAT}:{version}:{signed_by}"
 
 
 def encode_inventory_copy(
@@ -613,19 +624,36 @@ class HotState:
             await pipe.execute()
         return kept
 
-    async def stored_copy_version(self) -> int | None:
-        """The version of the inventory copy in Redis; None when there is none."""
-        version = await self.redis.hget(INVENTORY_COPY_KEY, "version")
-        return None if version is None else int(version)
+    async def stored_copy_stamp(self) -> str | None:
+        """The stamp of the inventory copy in Redis (`copy_stamp`); None when there is none."""
+        stamp = await self.redis.hget(INVENTORY_COPY_KEY, "stamp")
+        return None if stamp is None else _text(stamp)
 
-    async def save_inventory_copy(self, copy: bytes, version: int) -> None:
-        """Keep `copy` (an `encode_inventory_copy` of `version`) in place of the one there."""
-        await self.redis.hset(INVENTORY_COPY_KEY, mapping={"version": version, "copy": copy})
+    async def claim_copy_write(self, stamp: str) -> bool:
+        """Whether this caller is the one to write the copy of `stamp` (for `COPY_CLAIM_MS`):
+        every worker sees a new version within a poll, one writes its megabytes."""
+        claimed = await self.redis.set(
+            f"{INVENTORY_COPY_KEY}:claim:{stamp}", 1, nx=True, px=COPY_CLAIM_MS
+        )
+        return bool(claimed)
 
-    async def load_inventory_copy(self) -> bytes | None:
-        """The inventory copy (for `decode_inventory_copy`); None when there is none."""
-        copy = await self.redis.hget(INVENTORY_COPY_KEY, "copy")
-        return copy if isinstance(copy, bytes) else None  # a client of ours reads bytes
+    async def release_copy_claim(self, stamp: str) -> None:
+        """End `claim_copy_write`'s claim: the copy of `stamp` is written (or failed), so a
+        later check that finds it wrong (lost, overwritten) may write it again at once."""
+        await self.redis.delete(f"{INVENTORY_COPY_KEY}:claim:{stamp}")
+
+    async def save_inventory_copy(self, stamp: str, mac: str, copy: bytes) -> None:
+        """Keep `copy` (an `encode_inventory_copy`), its stamp and its signature, in one write."""
+        await self.redis.hset(
+            INVENTORY_COPY_KEY, mapping={"stamp": stamp, "mac": mac, "copy": copy}
+        )
+
+    async def load_inventory_copy(self) -> tuple[str, str, bytes] | None:
+        """(stamp, signature, copy) as `save_inventory_copy` kept them; None without a copy."""
+        stamp, mac, copy = await self.redis.hmget(INVENTORY_COPY_KEY, ["stamp", "mac", "copy"])
+        if stamp is None or mac is None or not isinstance(copy, bytes):
+            return None
+        return _text(stamp), _text(mac), copy
 
     async def set_budget_total(
         self, campaign_id: str, shard: int, total_micros: int, version: int

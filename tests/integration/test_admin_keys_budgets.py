@@ -537,6 +537,19 @@ async def test_refused_top_ups_change_nothing(app_client: Client, body: bytes) -
     assert shown["budget_cents"] == Decimal("100000")
 
 
+async def test_a_refused_amount_string_is_named_as_msgspec_names_any_other(
+    app_client: Client,
+) -> None:
+    for body in (b'{"add_cents": "1_0"}', b'{"add_cents": "abc"}'):
+        response = await app_client.post(
+            f"/admin/v1/campaigns/{CAMPAIGN}/budget", headers=ADMIN, content=body
+        )
+        assert response.status_code == 400
+        assert response.json()["error"] == (
+            "Invalid budget top-up: Invalid decimal string - at `$.add_cents`"
+        )
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status"),
     [

@@ -18,10 +18,11 @@ from bidder.app import create_app
 from bidder.core._common import CORE_PREFIX
 from bidder.observability import request_id_var
 from bidder.runtime import Runtime
+from bidder.signing import signer
 from store.hot import INVENTORY_COPY_KEY, decode_inventory_copy
 from store.local_servers import PostgresServer, free_port
 from store.postgres import migrate
-from tests.conftest import ServerUrls, make_settings, wait_for_inventory
+from tests.conftest import SIGNING_SECRETS, ServerUrls, make_settings, wait_for_inventory
 from tests.factories import (
     SCREEN_MOVING,
     SCREEN_STATIC,
@@ -147,28 +148,72 @@ async def test_without_postgres_or_a_copy_a_worker_is_not_ready(
         assert ready.json()["inventory"] == {"status": "not loaded"}
 
 
-async def test_an_unreadable_copy_leaves_the_worker_not_ready_and_says_why(
-    servers: ServerUrls, clean: None, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("stamp", "secret", "copy"),
+    [
+        # Not msgpack of an inventory copy, though signed right.
+        ("1:7", SIGNING_SECRETS.split(",")[0], b"\x93\x07\xa1x"),
+        # Another release's layout.
+        ("999:7", SIGNING_SECRETS.split(",")[0], b"\x93\x07\x80\x90"),
+        # Written by something that does not hold a signing secret: keys it brings are refused.
+        ("1:7", "not-a-configured-secret-0123", b"\x93\x07\x80\x90"),
+    ],
+)
+async def test_a_copy_that_is_unusable_is_not_served_and_the_log_says_so_once(
+    servers: ServerUrls,
+    clean: None,
+    caplog: pytest.LogCaptureFixture,
+    stamp: str,
+    secret: str,
+    copy: bytes,
 ) -> None:
-    """A copy this release cannot read (another release's layout) is not served."""
-    redis.Redis.from_url(servers.redis_url).hset(
-        INVENTORY_COPY_KEY, mapping={"version": 7, "copy": b"\x93\x07\xa1x"}
-    )
+    client = redis.Redis.from_url(servers.redis_url)
+    try:
+        client.hset(
+            INVENTORY_COPY_KEY,
+            mapping={"stamp": stamp, "mac": signer(secret).token(copy), "copy": copy},
+        )
+    finally:
+        client.close()
     closed = f"postgresql://postgres@127.0.0.1:{free_port()}/none"
     app = create_app(make_settings(servers, DATABASE_URL=closed, RECORD_WRITER="0"))
-    logging.getLogger().addHandler(caplog.handler)  # create_app set the root's handlers
+    root = logging.getLogger()
+    root.addHandler(caplog.handler)  # create_app set the root's handlers
     caplog.set_level(logging.WARNING, logger="bidder.runtime")
+    try:
+        async with AsyncTestClient(app) as test_client:
+            ready = await test_client.get("/readyz")
+            assert ready.status_code == 503, ready.text
+            await asyncio.sleep(1.0)  # five more polls (INVENTORY_POLL_SECONDS 0.2)
+            assert (await test_client.get("/readyz")).status_code == 503
+    finally:
+        root.removeHandler(caplog.handler)
+    refusals = [r for r in caplog.records if r.getMessage() == "inventory copy unusable"]
+    assert len(refusals) == 1, "refused once, not read again at every poll"
+
+
+async def test_a_misconfigured_database_url_is_not_covered_by_the_copy(
+    servers: ServerUrls, clean: None
+) -> None:
+    """A wrong database name (or password) is a deploy to stop, not an outage: the worker
+    stays unready although a copy is there."""
+    await seed(servers.database_url, basic_document())
+    async with AsyncTestClient(create_app(make_settings(servers, RECORD_WRITER="0"))) as client:
+        assert (await client.get("/readyz")).json()["inventory"]["source"] == "postgres"
+    wrong = servers.database_url.rsplit("/", 1)[0] + "/no_such_database"
+    app = create_app(make_settings(servers, DATABASE_URL=wrong, RECORD_WRITER="0"))
     async with AsyncTestClient(app) as client:
         ready = await client.get("/readyz")
         assert ready.status_code == 503, ready.text
-    assert any(r.getMessage() == "inventory copy unusable" for r in caplog.records)
+        assert ready.json()["inventory"] == {"status": "not loaded"}
 
 
 async def test_the_copy_follows_the_version_postgres_has(
     servers: ServerUrls, clean: None, redis_client: Any
 ) -> None:
-    """The copy is rewritten at each new version, and after a restore to an older version
-    too: it is what Postgres last gave, never a version Postgres no longer has."""
+    """The copy is written at each new version, mended within a poll when it was lost or
+    made older (a late writer), and follows a restore of Postgres to an older version: it is
+    what Postgres last gave, never a version Postgres no longer has."""
     await seed(servers.database_url, basic_document())
     app = create_app(make_settings(servers, RECORD_WRITER="0"))
     async with AsyncTestClient(app) as client:
@@ -177,7 +222,16 @@ async def test_the_copy_follows_the_version_postgres_has(
         hot = rt.hot
 
         def stored() -> int | None:
-            return client.blocking_portal.call(hot.stored_copy_version)
+            """The inventory version the stored copy says it holds."""
+            stamp = client.blocking_portal.call(hot.stored_copy_stamp)
+            return None if stamp is None else int(stamp.split(":")[1])
+
+        async def settles_at(version: int) -> None:
+            for _ in range(50):
+                if stored() == version:
+                    return
+                await asyncio.sleep(0.1)
+            assert stored() == version
 
         assert rt.snapshot is not None
         assert stored() == rt.snapshot.version
@@ -187,16 +241,49 @@ async def test_the_copy_follows_the_version_postgres_has(
             await conn.execute("UPDATE inventory_version SET version = version + 1")
             await wait_for_inventory(client)
             newer = rt.snapshot.version
-            assert stored() == newer
-            copy = client.blocking_portal.call(hot.load_inventory_copy)
-            assert copy is not None
-            kept = decode_inventory_copy(copy)
+            await settles_at(newer)
+            found = client.blocking_portal.call(hot.load_inventory_copy)
+            assert found is not None
+            kept = decode_inventory_copy(found[2])
             assert {s.id: s.name for s in kept.document.screens}[SCREEN_STATIC] == "Renamed"
+
+            stamp = client.blocking_portal.call(hot.stored_copy_stamp)
+            assert stamp is not None
+            layout, _, signed_by = stamp.split(":")
+            await redis_client.hset(
+                INVENTORY_COPY_KEY, "stamp", f"{layout}:{newer - 1}:{signed_by}"
+            )
+            await settles_at(newer)  # a late writer's older copy, mended
+            await redis_client.delete(INVENTORY_COPY_KEY)
+            await settles_at(newer)  # lost (a Redis without its data), written
             await conn.execute("UPDATE inventory_version SET version = version - 5")
-            await wait_for_inventory(client)
-            assert stored() == newer - 5
+            await settles_at(newer - 5)  # Postgres restored to an older version
         finally:
             await conn.close()
+
+
+async def test_a_rotated_signing_secret_signs_the_copy_again(
+    servers: ServerUrls, clean: None, redis_client: Any
+) -> None:
+    """After a rotation (a new newest secret, the old one kept to verify), the copy is signed
+    again by the new one, so it still serves once the old secret is retired."""
+    await seed(servers.database_url, basic_document())
+    old = SIGNING_SECRETS.split(",")[0]
+    new = "rotated-signing-secret-0123456789"
+    async with AsyncTestClient(create_app(make_settings(servers, RECORD_WRITER="0"))):
+        before = await redis_client.hget(INVENTORY_COPY_KEY, "stamp")
+    rotated = make_settings(servers, RECORD_WRITER="0", SIGNING_SECRETS=f"{new},{old}")
+    async with AsyncTestClient(create_app(rotated)):
+        after = await redis_client.hget(INVENTORY_COPY_KEY, "stamp")
+    assert before is not None
+    assert after is not None
+    assert after != before
+    closed = f"postgresql://postgres@127.0.0.1:{free_port()}/none"
+    retired = make_settings(servers, RECORD_WRITER="0", SIGNING_SECRETS=new, DATABASE_URL=closed)
+    async with AsyncTestClient(create_app(retired)) as client:
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["inventory"]["source"] == "redis copy"
 
 
 async def test_metrics_count_requests_by_route(
