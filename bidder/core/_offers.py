@@ -178,7 +178,9 @@ async def offer_by_external_id(rt: Runtime, call: HttpCall, external_id: str) ->
     screen = caller.snapshot.screens_by_external_id.get((caller.publisher_id, external_id))
     if screen is None:
         caller.rt.metrics.count_offer("no_match")
-        raise NotFound(f"Screen not found for external id {external_id!r}")
+        # `status` too: the contract's errors section gives every 404 of an offer request one
+        # (its endpoint line shows only `{error}`; a field more satisfies both readings).
+        raise NotFound(f"Screen not found for external id {external_id!r}", include_status=True)
     return await _offer_for(caller, screen, query)
 
 

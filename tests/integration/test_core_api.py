@@ -326,7 +326,8 @@ async def test_unknown_external_id_is_404_naming_it(core: Core, external_id: str
     )
     assert response.status_code == 404
     body = response.json()
-    assert set(body) == {"error"}
+    # Contract, errors: "For 404 and 422 on offer requests they also carry `status`".
+    assert body == {"error": body["error"], "status": 404}
     assert external_id in body["error"]
 
 
