@@ -28,19 +28,19 @@ Exactly one impression, fixed price (`at` = 3), a video object (no banner), an e
 
 Validation runs in this order and the first failing rule answers 400 with its code:
 1. `INVALID_REQUEST`: the Content-Type is not `application/json`, the body is not JSON (invalid
-   UTF-8 anywhere included), not a JSON object, or `id` is missing (a container of the wrong
-   JSON type is judged by the rule that reads it, below);
+   UTF-8 anywhere included) or not a JSON object (a container of the wrong JSON type is judged
+   by the rule that reads it, below);
 2. `MULTI_IMP_NOT_SUPPORTED`: not exactly one impression (zero included), `details.imp_count`;
-   then `imp[0].id` missing (or `imp[0]` not an object) is `INVALID_REQUEST`;
 3. `NOT_FIXED_PRICE`: `at` is not 3, or `imp[0].pmp.deals[0].at` is absent or not 3;
 4. `NO_EXTERNAL_SCREEN_ID`: `imp[0].tagid` missing or empty;
 5. `NO_VIDEO_OBJECT`: `imp[0].video` missing, or `imp[0].banner` present;
-6. `NO_RESOLUTION`: `video.w` or `video.h` missing or not a positive integer
-   (a `video.mimes` that is not an array of strings is `INVALID_REQUEST`);
+6. `NO_RESOLUTION`: `video.w` or `video.h` missing or not a positive integer;
 7. `NO_PMP_DEALS`: `imp[0].pmp.deals` missing or empty, or `deals[0]` without `id` or a
    `bidfloor` of 0 or more;
 8. `NO_TOTAL_AUDIENCE`: no `imp[0].qty.multiplier` > 0 and, when `qty` is absent, no
-   `imp[0].ext.totalaud` > 0. When `qty` is sent its multiplier is used, with no fallback.
+   `imp[0].ext.totalaud` > 0. When `qty` is sent its multiplier is used, with no fallback;
+9. `INVALID_REQUEST`: a request that meets every rule above but lacks `id` or `imp[0].id` (a
+   non-empty string each), or whose `video.mimes` is not an array of strings.
 
 A container of the wrong JSON type counts as absent for the rule that reads it: `"video": "x"`
 is `NO_VIDEO_OBJECT`, an `imp` that is not an array holds no impression

@@ -234,10 +234,11 @@ def _tree(body: bytes) -> Any:
 
 
 def _judge(request: BidRequestView) -> BidAsk:
-    """The rules of decisions section 6, in their order, on a decoded request."""
-    if not _non_empty_string(request.id):
-        raise _invalid("INVALID_REQUEST", "BidRequest.id is required (a non-empty string)")
-
+    """The rules of decisions section 6, in their order, on a decoded request; then what the
+    service also needs of a request that passes them all (its and its impression's `id`, a
+    `video.mimes` it can read), `INVALID_REQUEST` like malformed JSON. Section 6 puts only
+    malformed JSON before its codes, so a request with two impressions and no `id` is
+    `MULTI_IMP_NOT_SUPPORTED` (until 2026-11-24 the ids came first)."""
     imps = request.imp or []
     if len(imps) != 1:
         raise _invalid(
@@ -246,9 +247,6 @@ def _judge(request: BidRequestView) -> BidAsk:
             imp_count=len(imps),
         )
     imp = imps[0]
-    if not _non_empty_string(imp.id):
-        raise _invalid("INVALID_REQUEST", "imp[0].id is required (a non-empty string)")
-
     _check_fixed_price(request.at, imp)
 
     if not _non_empty_string(imp.tagid):
@@ -266,10 +264,14 @@ def _judge(request: BidRequestView) -> BidAsk:
         raise _invalid(
             "NO_RESOLUTION", "imp[0].video.w and imp[0].video.h must be positive integers"
         )
-    mimes = _mimes(video.mimes)
-
     deal = _first_deal(imp)
     audience, floor_audience = _audience(imp)
+
+    if not _non_empty_string(request.id):
+        raise _invalid("INVALID_REQUEST", "BidRequest.id is required (a non-empty string)")
+    if not _non_empty_string(imp.id):
+        raise _invalid("INVALID_REQUEST", "imp[0].id is required (a non-empty string)")
+    mimes = _mimes(video.mimes)
     return BidAsk(
         request_id=request.id,
         imp_id=imp.id,

@@ -77,6 +77,27 @@ def test_each_rule_takes_only_its_type(changes: dict[str, Any], code: str) -> No
     assert code_of(json.dumps(body(**changes)).encode()) == code
 
 
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        # Decisions section 6 puts only malformed JSON before its codes: a request without
+        # its ids (or with an unreadable `mimes`) meets every rule first.
+        ({"id": None, "imp": [{}, {}]}, "MULTI_IMP_NOT_SUPPORTED"),
+        ({"id": None, "imp__0__id": None, "at": 1}, "NOT_FIXED_PRICE"),
+        ({"imp__0__id": None, "imp__0__tagid": None}, "NO_EXTERNAL_SCREEN_ID"),
+        ({"id": None, "imp__0__video__w": 0}, "NO_RESOLUTION"),
+        ({"imp__0__video__mimes": 4, "imp__0__pmp__deals": []}, "NO_PMP_DEALS"),
+        ({"imp__0__id": None, "imp__0__qty__multiplier": 0}, "NO_TOTAL_AUDIENCE"),
+        # ... and is INVALID_REQUEST when it meets them all.
+        ({"id": None}, "INVALID_REQUEST"),
+        ({"imp__0__id": None}, "INVALID_REQUEST"),
+        ({"imp__0__video__mimes": 4}, "INVALID_REQUEST"),
+    ],
+)
+def test_the_documented_codes_come_before_the_ids(changes: dict[str, Any], code: str) -> None:
+    assert code_of(json.dumps(body(**changes)).encode()) == code
+
+
 def test_integer_numbers_are_accepted_where_a_number_is_wanted() -> None:
     raw = body(imp__0__pmp__deals__0__bidfloor=0, imp__0__qty__multiplier=120)
     ask = parse_bid_request(json.dumps(raw).encode())
@@ -99,7 +120,7 @@ def test_a_string_that_is_not_utf8_is_malformed_json(raw: bytes) -> None:
     [
         ({"imp": {"id": "imp-1"}}, "MULTI_IMP_NOT_SUPPORTED"),
         ({"imp": "x"}, "MULTI_IMP_NOT_SUPPORTED"),
-        ({"imp": ["x"]}, "INVALID_REQUEST"),  # imp[0].id missing, right after the count
+        ({"imp": ["x"]}, "NO_EXTERNAL_SCREEN_ID"),  # an imp[0] that is no object holds nothing
         ({"imp__0__video": "x"}, "NO_VIDEO_OBJECT"),
         ({"imp__0__video": []}, "NO_VIDEO_OBJECT"),
         ({"imp__0__pmp": "x"}, "NO_PMP_DEALS"),
