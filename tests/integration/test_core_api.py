@@ -818,6 +818,7 @@ async def test_playout_confirmation_is_idempotent(core: Core, redis_client: Redi
         {},
         {"played_at": "2026-05-04T10:15:30+02:00"},
         {"played_at": "2026-05-04T10:15:30.250Z"},
+        {"played_at": "2026-05-04t10:15:30z"},  # RFC 3339 5.6: lower case allowed
         {"duration_seconds": 0},
         {"duration_seconds": 2**31 - 1},  # the largest the record's integer column holds
         {"completion_rate": 0},
