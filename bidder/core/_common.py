@@ -22,7 +22,7 @@ from bidder.auth import authenticate
 from bidder.errors import UNREADABLE_JSON, BadRequest, Unavailable
 from bidder.runtime import Runtime, utcnow
 from bidder.web import call_of, runtime_of
-from matching.money import json_decimal
+from matching.money import JSON_INT_OUT_OF_RANGE, json_decimal, json_tree_with_big_integers
 from matching.snapshot import ApiKeyInfo, Snapshot
 
 #: Core API paths.
@@ -123,11 +123,24 @@ async def read_json_object(call: HttpCall, *, optional: bool = False) -> dict[st
         raise BadRequest("Content-Type must be application/json")
     try:
         decoded = _decoder.decode(body)
+    except msgspec.ValidationError as exc:  # well-formed: an integer past msgspec's range
+        decoded = _with_big_integers(body, exc)
     except UNREADABLE_JSON:
         raise BadRequest("Request body is not valid JSON") from None
     if not isinstance(decoded, dict):
         raise BadRequest("Request body must be a JSON object")
     return decoded
+
+
+def _with_big_integers(body: bytes, refused: msgspec.ValidationError) -> Any:
+    """A body with a 5,000-digit integer is JSON, so its field's rule judges it (a price
+    that large is out of range), not the "not valid JSON" of a malformed body."""
+    if JSON_INT_OUT_OF_RANGE not in str(refused):
+        raise BadRequest("Request body is not valid JSON") from None
+    try:
+        return json_tree_with_big_integers(body)
+    except ValueError:
+        raise BadRequest("Request body is not valid JSON") from None
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

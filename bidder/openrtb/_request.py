@@ -17,14 +17,18 @@ than `isinstance` on the bid path.
 
 from __future__ import annotations
 
-import json
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, TypeGuard
 
 import msgspec
 
 from bidder.errors import UNREADABLE_JSON, BadRequest
-from matching.money import decimal_places, json_decimal
+from matching.money import (
+    JSON_INT_OUT_OF_RANGE,
+    decimal_places,
+    json_decimal,
+    json_tree_with_big_integers,
+)
 
 FIXED_PRICE = 3
 #: Audiences at or above this are refused (NO_TOTAL_AUDIENCE), the bound of a screen's own
@@ -131,30 +135,10 @@ def request_id_of(body: bytes) -> str:
     return view.id if isinstance(view.id, str) else ""
 
 
-#: msgspec's message for a JSON integer past what it decodes (about 1e308).
-_OUT_OF_RANGE = "Integer value out of range"
-#: Integers with more digits than this are judged as the Decimal they are (see below).
-_INT_DIGITS = 300
-
-
-def _big_int(text: str) -> int | Decimal:
-    return int(text) if len(text) <= _INT_DIGITS else Decimal(text)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _tree_with_big_integers(body: bytes) -> Any:
-    """The JSON tree of a body holding an integer msgspec refuses (`"at": 1000...0`, 5,000
-    digits). It is well-formed JSON, so the rules judge it like `1e400`: decoded by the
-    standard library, huge integers as Decimals (never `int`: a 5,000-digit one is no `at` of 3
-    and no width). Only this rare path pays for it."""
     try:
-        return json.loads(
-            body, parse_float=json_decimal, parse_int=_big_int, parse_constant=_no_constant
-        )
-    except (ValueError, RecursionError):
+        return json_tree_with_big_integers(body)
+    except ValueError:
         raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
 
 
@@ -226,7 +210,7 @@ def _tree(body: bytes) -> Any:
     try:
         return _tree_decoder.decode(body)
     except msgspec.ValidationError as exc:
-        if _OUT_OF_RANGE in str(exc):
+        if JSON_INT_OUT_OF_RANGE in str(exc):
             return _tree_with_big_integers(body)
         raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
     except UNREADABLE_JSON:

@@ -574,6 +574,29 @@ async def test_bad_offer_response_is_400(core: Core, body: Any, needle: str) -> 
     assert ok.status_code == 200, ok.text
 
 
+@pytest.mark.parametrize("digits", [400, 5000])
+async def test_a_price_of_thousands_of_digits_is_judged_by_its_rule(
+    core: Core, digits: int
+) -> None:
+    """Well-formed JSON whose integer msgspec cannot decode (past ~1e308) is no malformed
+    body: its field's rule answers (it said "not valid JSON")."""
+    offer = (await core.offer(SCREEN_MOVING)).json()
+    content = b'{"action": "accept", "accepted_price_cents": 1' + b"0" * digits + b"}"
+    response = await core.client.post(
+        f"{API}/offers/response/{offer['offer_id']}",
+        content=content,
+        headers={**core.auth, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400, response.text
+    assert "accepted_price_cents" in response.json()["error"]
+    malformed = await core.client.post(
+        f"{API}/offers/response/{offer['offer_id']}",
+        content=content[:-1] + b",}",
+        headers={**core.auth, "Content-Type": "application/json"},
+    )
+    assert malformed.json() == {"error": "Request body is not valid JSON"}
+
+
 @pytest.mark.parametrize(
     ("content", "content_type", "status"),
     [
