@@ -53,9 +53,9 @@ async def test_not_ready_without_redis(servers: ServerUrls, clean: None) -> None
         assert head_ready.headers["content-length"] == str(len(ready.content))
 
 
-async def test_postgres_down_keeps_a_loaded_instance_ready(
-    servers: ServerUrls, clean: None, tmp_path: Path
-) -> None:
+async def _seeded_postgres(tmp_path: Path) -> PostgresServer:
+    """A Postgres of the test's own (to stop and start), migrated and seeded with the basic
+    document; the caller stops it."""
     postgres = PostgresServer(tmp_path / "pg", free_port())
     postgres.start()
     try:
@@ -65,6 +65,17 @@ async def test_postgres_down_keeps_a_loaded_instance_ready(
         finally:
             await conn.close()
         await seed(postgres.url, basic_document())
+    except BaseException:
+        postgres.stop()
+        raise
+    return postgres
+
+
+async def test_postgres_down_keeps_a_loaded_instance_ready(
+    servers: ServerUrls, clean: None, tmp_path: Path
+) -> None:
+    postgres = await _seeded_postgres(tmp_path)
+    try:
         app = create_app(make_settings(servers, DATABASE_URL=postgres.url, RECORD_WRITER="0"))
         async with AsyncTestClient(app) as client:
             ready = await client.get("/readyz")
@@ -92,15 +103,8 @@ async def test_a_worker_started_while_postgres_is_down_serves_the_inventory_copy
     was running keeps its snapshot (above); one (re)started during the outage builds its
     snapshot from the copy the last loading worker left in Redis, serves, and says so in
     /readyz; when Postgres answers again the copy's version is Postgres' own."""
-    postgres = PostgresServer(tmp_path / "pg", free_port())
-    postgres.start()
+    postgres = await _seeded_postgres(tmp_path)
     try:
-        conn = await asyncpg.connect(postgres.url)
-        try:
-            await migrate(conn)
-        finally:
-            await conn.close()
-        await seed(postgres.url, basic_document())
         key = await make_key(postgres.url)
         auth = {"Authorization": f"Bearer {key}"}
         settings = make_settings(servers, DATABASE_URL=postgres.url, RECORD_WRITER="0")
