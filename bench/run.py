@@ -94,7 +94,7 @@ class BenchConfig:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="a short smoke run (~1 min)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run (about 75 s)")
     parser.add_argument("--skip-wrk", action="store_true", help="no throughput runs")
     parser.add_argument("--skip-locust", action="store_true", help="no Locust scenarios")
     parser.add_argument("--skip-small", action="store_true", help="no 20-campaign comparison")

@@ -21,7 +21,7 @@ from bidder.errors import Forbidden, Unavailable
 from bidder.runtime import Runtime, utcnow
 from bidder.settings import Settings
 from bidder.signing import query_values, verify
-from bidder.vast import IMPRESSION_EVENT, TRACKING_SIGNED
+from bidder.vast import IMPRESSION_EVENT, OPENRTB_MACROS, TRACKING_SIGNED
 from bidder.web import runtime_of
 from matching.money import split_gross
 
@@ -40,13 +40,18 @@ def routes(settings: Settings) -> list[Any]:
     return [track]
 
 
+_MACROS = frozenset(name for name, _ in OPENRTB_MACROS)
+
+
 async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[bytes]:
     rt = runtime_of(request)
-    params = query_values(request.query_params.multi_items(), TRACKING_SIGNED)
+    pairs = list(request.query_params.multi_items())
+    params = query_values(pairs, TRACKING_SIGNED)
     # A pixel of the deprecated interface says so (contract: Versioning), as every answer of it.
     # Its URL carries the SSP's macros (`price`, `aud`), a Core VAST's does not; the script's
-    # answer says it for sure when the offer is still known.
-    macros = params is not None and ("price" in params or "aud" in params)
+    # answer says it for sure when the offer is still known. Read from the query as sent, so a
+    # URL refused for a signed parameter given twice (`params` None) is told too.
+    macros = any(name in _MACROS for name, _ in pairs)
     deprecated = deprecation_headers(rt.settings) if macros else {}
     if (
         params is None

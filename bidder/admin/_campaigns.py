@@ -177,7 +177,9 @@ async def get_campaign(
     campaign_id = path_uuid(campaign_id, "campaign id")
     async with postgres(request) as conn:
         campaign = await load_campaign(conn, campaign_id)
-    return json_response(await with_budget(runtime_of(request).hot, campaign))
+    # `budget` null when Redis cannot be read, as a top-up answers: the stored fields still
+    # answer the operator (it was a 503 until 2026-11-24).
+    return json_response(await with_budget(runtime_of(request).hot, campaign, redis_optional=True))
 
 
 @post("/campaigns/{campaign_id:str}/budget", status_code=200)

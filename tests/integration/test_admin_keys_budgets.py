@@ -481,11 +481,15 @@ async def test_a_top_up_postgres_committed_is_a_success_while_redis_is_down(
         response = await down.client.post(
             f"/admin/v1/campaigns/{CAMPAIGN}/budget", headers=ADMIN, json={"add_cents": 7}
         )
+        shown = await down.client.get(f"/admin/v1/campaigns/{CAMPAIGN}", headers=ADMIN)
     assert response.status_code == 200, response.text
     body = parsed(response.content)
     assert body["budget_cents"] == Decimal("100007")
     assert body["budget"] is None
     assert await _stored_total(servers) == Decimal("100007")
+    # GET answers the same way: the stored fields, `budget` null.
+    assert shown.status_code == 200, shown.text
+    assert parsed(shown.content) == body
     # The worker with a working Redis (app_client) copies the new total at its next reload.
     redis = connect(servers.redis_url, timeout=2.0)
     try:
