@@ -99,7 +99,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
         },
         middleware=[request_context_middleware(observer)],
         lifespan=[lifespan],
-        state=_state(rt, metrics),
+        state=_state(rt, metrics, observer),
         openapi_config=None,
         logging_config=None,
         debug=False,
@@ -112,8 +112,8 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
     return app
 
 
-def _state(rt: Runtime, metrics: Metrics) -> State:
-    return State({"runtime": rt, "metrics": metrics})
+def _state(rt: Runtime, metrics: Metrics, observer: RequestObserver) -> State:
+    return State({"runtime": rt, "metrics": metrics, "observer": observer})
 
 
 def app_from_env() -> Litestar:

@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from bidder.asgi import Answer, HttpCall, encode_headers, json_answer
 from bidder.deprecation import OPENRTB_PREFIX, deprecation_headers, openrtb_error_body
 from bidder.errors import ServiceError, Unavailable
+from bidder.observability import RequestObserver, request_id_var
 from bidder.runtime import Runtime
 from bidder.settings import Settings
 from store.postgres import UNREACHABLE_ERRORS, Conn
@@ -129,22 +130,26 @@ def service_error_handler(request: Request[Any, Any, Any], exc: ServiceError) ->
 def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     """Framework errors (unknown route, wrong method, body too large, ...) in our shapes."""
     status = exc.status_code
+    request_id = None
     if request.scope.get("route_handler") is None:
         # Refused by the router (no such path, or not this method): no middleware ran, so the
-        # request is counted and logged here, under the route label "unmatched".
-        _observe_unmatched(request, status)
+        # request gets its id, is counted and is logged here, under the route label "unmatched".
+        request_id = _observe_unmatched(request, status)
     if status >= 500:
         return unexpected_handler(request, exc)
     message = _HTTP_MESSAGES.get(status, exc.detail or "Request failed")
     if status == 405:
         message = f"Method {request.method} not allowed on this path"
+    headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() == "allow"}
+    if request_id is not None:
+        headers["x-request-id"] = request_id
     return error_response(
         request,
         ServiceError(
             message,
             status=status,
             code=_HTTP_CODES.get(status, "INVALID_REQUEST"),
-            headers={k: v for k, v in (exc.headers or {}).items() if k.lower() == "allow"},
+            headers=headers,
         ),
     )
 
@@ -156,15 +161,24 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 _access = logging.getLogger("bidder.access")
 
 
-def _observe_unmatched(request: Request[Any, Any, Any], status: int) -> None:
+def _observe_unmatched(request: Request[Any, Any, Any], status: int) -> str | None:
+    """Count and log a request the router refused; its request id (None without an
+    observer), as every other answer has one (X-Request-ID in and out)."""
     # Any token is a method to the server: made-up ones share one label value, or a client
     # could create metric series without end.
     method = request.method if request.method in _METHODS else "OTHER"
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
         metrics.requests.labels("unmatched", method, str(status)).inc()
-    # The access line every 4xx gets (decisions: 4xx/5xx and slow requests are logged).
-    _access.info("request", extra={"method": method, "route": "unmatched", "status": status})
+    observer: RequestObserver | None = getattr(request.app.state, "observer", None)
+    request_id, token = observer.begin(request.scope) if observer is not None else (None, None)
+    try:
+        # The access line every 4xx gets (decisions: 4xx/5xx and slow requests are logged).
+        _access.info("request", extra={"method": method, "route": "unmatched", "status": status})
+    finally:
+        if token is not None:
+            request_id_var.reset(token)
+    return request_id
 
 
 def unexpected_error(path: str, exc: Exception) -> ServiceError:

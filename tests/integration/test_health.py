@@ -312,12 +312,18 @@ async def test_metrics_count_requests_by_route(
         # ... and logged as every 4xx is (they had no access line). The app's JSON log
         # handler writes to stderr.
         capsys.readouterr()
-        assert (await client.get("/no/such/path/2")).status_code == 404
+        refused = await client.get("/no/such/path/2")
+        assert refused.status_code == 404
         logged = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
         lines = [line for line in logged if line["logger"] == "bidder.access"]
         assert [(line["route"], line["status"], line["method"]) for line in lines] == [
             ("unmatched", 404, "GET")
         ]
+        # With a request id, as every answer and log line (decisions section 8), the
+        # caller's own when it sends one.
+        assert lines[0]["request_id"] == refused.headers["x-request-id"] != "-"
+        traced = await client.delete("/healthz", headers={"X-Request-ID": "trace-405"})
+        assert (traced.status_code, traced.headers["x-request-id"]) == (405, "trace-405")
         # Made-up methods share one label value: a client cannot mint series without end.
         for made_up in ("FOO1", "FOO2", "FOO3"):
             await client.request(made_up, "/no/such/path")
