@@ -72,7 +72,9 @@ def _run(view: View) -> int:
 
 def _campaign_show(args: argparse.Namespace) -> int:
     async def view(conn: Conn, hot: HotState) -> Any:
-        return await with_budget(hot, await load_campaign(conn, args.campaign_id))
+        return await with_budget(
+            hot, await load_campaign(conn, args.campaign_id), redis_optional=True
+        )
 
     return _run(view)
 

@@ -136,7 +136,10 @@ def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) 
         # request gets its id, is counted and is logged here, under the route label "unmatched".
         request_id = _observe_unmatched(request, status)
     if status >= 500:
-        return unexpected_handler(request, exc)
+        response = unexpected_handler(request, exc)
+        if request_id is not None:
+            response.headers["x-request-id"] = request_id
+        return response
     message = _HTTP_MESSAGES.get(status, exc.detail or "Request failed")
     if status == 405:
         message = f"Method {request.method} not allowed on this path"

@@ -6,7 +6,6 @@ edges to convert. Postgres keeps NUMERIC(20, 6) cents, which is the same unit.
 
 from __future__ import annotations
 
-import json
 import re
 from decimal import (
     MAX_EMAX,
@@ -18,7 +17,6 @@ from decimal import (
     Decimal,
     InvalidOperation,
 )
-from typing import Any
 
 MICROS_PER_CENT = 1_000_000
 CENT_PLACES = Decimal("0.000001")
@@ -235,31 +233,3 @@ def json_decimal(text: str) -> Decimal:
 def micros_to_eur(micros: int) -> Decimal:
     """Micro-cents to EUR (cents / 100), without trailing zeros."""
     return plain(Decimal(micros) / (_MICROS * 100))
-
-
-#: msgspec's message for a JSON integer past what it decodes (about 1e308).
-JSON_INT_OUT_OF_RANGE = "Integer value out of range"
-#: Integers with more digits than this are read as the Decimal they are (see below).
-_INT_DIGITS = 300
-
-
-def _big_int(text: str) -> int | Decimal:
-    return int(text) if len(text) <= _INT_DIGITS else Decimal(text)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def json_tree_with_big_integers(body: bytes) -> Any:
-    """The JSON tree of a body holding an integer msgspec refuses (`1000...0`, 5,000 digits,
-    `JSON_INT_OUT_OF_RANGE`). It is well-formed JSON, so the field's own rule judges it, as it
-    judges `1e400`: decoded by the standard library, numbers as `json_decimal` does, huge
-    integers as Decimals (never `int`: a 5,000-digit one is no count and no width). Only this
-    rare path pays for it. ValueError when the body is not JSON after all."""
-    try:
-        return json.loads(
-            body, parse_float=json_decimal, parse_int=_big_int, parse_constant=_no_constant
-        )
-    except RecursionError:
-        raise ValueError("nested too deeply") from None

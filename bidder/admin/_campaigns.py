@@ -178,7 +178,7 @@ async def get_campaign(
     async with postgres(request) as conn:
         campaign = await load_campaign(conn, campaign_id)
     # `budget` null when Redis cannot be read, as a top-up answers: the stored fields still
-    # answer the operator (it was a 503 until 2026-11-24).
+    # answer the operator.
     return json_response(await with_budget(runtime_of(request).hot, campaign, redis_optional=True))
 
 

@@ -22,7 +22,8 @@ from bidder.auth import authenticate
 from bidder.errors import UNREADABLE_JSON, BadRequest, Unavailable
 from bidder.runtime import Runtime, utcnow
 from bidder.web import call_of, runtime_of
-from matching.money import JSON_INT_OUT_OF_RANGE, json_decimal, json_tree_with_big_integers
+from matching.json_numbers import JSON_INT_OUT_OF_RANGE, json_tree_with_big_integers
+from matching.money import json_decimal
 from matching.snapshot import ApiKeyInfo, Snapshot
 
 #: Core API paths.

@@ -37,9 +37,8 @@ def _played_at(body: dict[str, Any], received: datetime) -> datetime:
     if not isinstance(raw, str):
         raise BadRequest("played_at must be an ISO 8601 timestamp string")
     try:
-        # Upper case: RFC 3339 (5.6) lets `T` and `Z` be written `t` and `z`, which
-        # fromisoformat refuses; ISO 8601 has no other letters to change.
-        moment = datetime.fromisoformat(raw.strip().upper())
+        # RFC 3339 (5.6) lets `T` and `Z` be written `t` and `z`, which fromisoformat refuses.
+        moment = datetime.fromisoformat(raw.strip().replace("t", "T").replace("z", "Z"))
     except ValueError:
         raise BadRequest(
             f"played_at is not an ISO 8601 timestamp (e.g. 2026-05-04T10:15:30Z): {raw!r}"

@@ -23,12 +23,8 @@ from typing import Any, TypeGuard
 import msgspec
 
 from bidder.errors import UNREADABLE_JSON, BadRequest
-from matching.money import (
-    JSON_INT_OUT_OF_RANGE,
-    decimal_places,
-    json_decimal,
-    json_tree_with_big_integers,
-)
+from matching.json_numbers import JSON_INT_OUT_OF_RANGE, json_tree_with_big_integers
+from matching.money import decimal_places, json_decimal
 
 FIXED_PRICE = 3
 #: Audiences at or above this are refused (NO_TOTAL_AUDIENCE), the bound of a screen's own
@@ -222,7 +218,7 @@ def _judge(request: BidRequestView) -> BidAsk:
     service also needs of a request that passes them all (its and its impression's `id`, a
     `video.mimes` it can read), `INVALID_REQUEST` like malformed JSON. Section 6 puts only
     malformed JSON before its codes, so a request with two impressions and no `id` is
-    `MULTI_IMP_NOT_SUPPORTED` (until 2026-11-24 the ids came first)."""
+    `MULTI_IMP_NOT_SUPPORTED`."""
     imps = request.imp or []
     if len(imps) != 1:
         raise _invalid(

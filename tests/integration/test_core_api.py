@@ -574,12 +574,12 @@ async def test_bad_offer_response_is_400(core: Core, body: Any, needle: str) -> 
     assert ok.status_code == 200, ok.text
 
 
-@pytest.mark.parametrize("digits", [400, 5000])
+@pytest.mark.parametrize("digits", [4301, 5000])
 async def test_a_price_of_thousands_of_digits_is_judged_by_its_rule(
     core: Core, digits: int
 ) -> None:
-    """Well-formed JSON whose integer msgspec cannot decode (past ~1e308) is no malformed
-    body: its field's rule answers (it said "not valid JSON")."""
+    """Well-formed JSON whose integer msgspec cannot decode (more digits than `int()` takes,
+    4,300) is no malformed body: its field's rule answers (it said "not valid JSON")."""
     offer = (await core.offer(SCREEN_MOVING)).json()
     content = b'{"action": "accept", "accepted_price_cents": 1' + b"0" * digits + b"}"
     response = await core.client.post(
@@ -595,6 +595,22 @@ async def test_a_price_of_thousands_of_digits_is_judged_by_its_rule(
         headers={**core.auth, "Content-Type": "application/json"},
     )
     assert malformed.json() == {"error": "Request body is not valid JSON"}
+
+
+async def test_invalid_utf8_after_a_huge_integer_is_still_malformed_json(core: Core) -> None:
+    """msgspec stops at the integer it cannot decode, before the rest of the bytes; the
+    standard library's decoder, which reads the body then, lets an encoded surrogate through,
+    and storing it was a 500. Invalid UTF-8 anywhere is malformed JSON (RFC 8259 8.1)."""
+    offer = (await core.offer(SCREEN_MOVING)).json()
+    response = await core.client.post(
+        f"{API}/offers/response/{offer['offer_id']}",
+        content=b'{"x": 1'
+        + b"0" * 5000
+        + b', "action": "reject", "rejection_reason": "\xed\xa0\x80"}',
+        headers={**core.auth, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400, response.text
+    assert response.json() == {"error": "Request body is not valid JSON"}
 
 
 @pytest.mark.parametrize(
