@@ -21,7 +21,7 @@ from bidder.settings import PerSettings, Settings
 from bidder.signing import SIGNATURE_PARAM, signer, url_value
 from matching.engine import Match
 from matching.inventory import Advertiser
-from matching.money import cents_text, micros_to_cents, plain
+from matching.money import cents_text, plain
 from matching.snapshot import CampaignInfo, CreativeInfo, ScreenInfo, Snapshot
 
 VAST_NAMESPACE = "http://www.iab.com/VAST"
@@ -211,28 +211,8 @@ def match_vast(
     urls = _TrackingUrls(
         settings, offer_id, screen.publisher_id, screen.id, now_ms, openrtb=openrtb
     )
-    if _ATTR_SPECIAL.search(offer_id):  # never one of ours: the general way escapes it
-        advertiser = snapshot.advertisers.get(campaign.advertiser_id)
-        return render_vast(
-            VastAd(
-                offer_id=offer_id,
-                ad_title=campaign.name,
-                advertiser=advertiser.name if advertiser is not None else "",
-                advertiser_domain=advertiser.domain if advertiser is not None else "",
-                asset_url=creative.url,
-                mime_type=creative.mime_type,
-                width=creative.width,
-                height=creative.height,
-                duration_seconds=creative.duration_seconds,
-                bid_price_cents=micros_to_cents(match.price_micros),
-                billing_code=billing_code,
-                expires_in_seconds=expires_in_seconds,
-                creative_id=creative.id,
-                impression_url=urls(IMPRESSION_EVENT),
-                tracking={event: urls(event) for event in LINEAR_EVENTS},
-            )
-        )
     parts = _statics.of(snapshot, campaign, creative)
+    ad_id, creative_id, media_id = _ids(offer_id)
     billing = "" if billing_code is None else _text(billing_code)
     tracking = "".join(
         [
@@ -242,11 +222,11 @@ def match_vast(
     )
     impression = urls.text(_IMPRESSION_QUOTED, urls.token(_IMPRESSION_SIGNED))
     return (
-        f"{_HEAD}{offer_id}{_AFTER_AD_ID}{offer_id}</OfferId>"
+        f"{_HEAD}{ad_id}{_AFTER_AD_ID}{_text(offer_id)}</OfferId>"
         f"<BidPriceCents>{cents_text(match.price_micros)}</BidPriceCents>"
-        f'<BillingCode>{billing}{parts.after_billing}{offer_id}">{impression}'
-        f"{parts.after_impression}{offer_id}{parts.after_creative_id}{tracking}"
-        f"{parts.after_tracking}{offer_id}{parts.after_media_id}{max(int(expires_in_seconds), 0)}"
+        f"<BillingCode>{billing}{parts.after_billing}{ad_id}>{impression}"
+        f"{parts.after_impression}{creative_id}{parts.after_creative_id}{tracking}"
+        f"{parts.after_tracking}{media_id}{parts.after_media_id}{max(int(expires_in_seconds), 0)}"
         "</Expires></InLine></Ad></VAST>"
     )
 
@@ -354,10 +334,10 @@ def render_vast(ad: VastAd) -> str:
 
 # The templated document of match_vast: render_vast's text cut where an offer's own values go.
 _HEAD = (
-    f'<?xml version="1.0" encoding="UTF-8"?><VAST version="4.0" xmlns="{VAST_NAMESPACE}"><Ad id="'
+    f'<?xml version="1.0" encoding="UTF-8"?><VAST version="4.0" xmlns="{VAST_NAMESPACE}"><Ad id='
 )
 _AFTER_AD_ID = (
-    f'"><InLine><AdSystem>{AD_SYSTEM}</AdSystem>'
+    f"><InLine><AdSystem>{AD_SYSTEM}</AdSystem>"
     f'<Extensions><Extension type="{EXTENSION_TYPE}"><OfferId>'
 )
 # (`<Tracking ...>`, the event as a query value, the event as it ends its signed message)
@@ -385,23 +365,23 @@ class _Static:
         domain = advertiser.domain if advertiser is not None else ""
         self.after_billing = (
             f"</BillingCode><AdvertiserDomain>{_text(domain)}</AdvertiserDomain>"
-            '</Extension></Extensions><Impression id="'
+            "</Extension></Extensions><Impression id="
         )
         self.after_impression = (
             f"</Impression><AdTitle>{_text(campaign.name)}</AdTitle>"
-            f'<Advertiser>{_text(name)}</Advertiser><Creatives><Creative id="'
+            f"<Advertiser>{_text(name)}</Advertiser><Creatives><Creative id="
         )
         self.after_creative_id = (
-            '_creative" sequence="1">'
+            ' sequence="1">'
             f'<UniversalAdId idRegistry="unknown" idValue={_attr(creative.id)}>'
             f"{_text(creative.id)}</UniversalAdId><Linear><TrackingEvents>"
         )
         self.after_tracking = (
             f"</TrackingEvents><Duration>{_duration(creative.duration_seconds)}</Duration>"
-            '<MediaFiles><MediaFile id="'
+            "<MediaFiles><MediaFile id="
         )
         self.after_media_id = (
-            f'_media" delivery="progressive" type={_attr(creative.mime_type)} '
+            f' delivery="progressive" type={_attr(creative.mime_type)} '
             f'width="{int(creative.width)}" height="{int(creative.height)}" '
             f'scalable="true" maintainAspectRatio="true">{_text(any_uri(creative.url))}'
             "</MediaFile></MediaFiles></Linear></Creative></Creatives><Expires>"
