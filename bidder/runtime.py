@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import contextvars
 import gc
-import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -21,7 +20,7 @@ from redis.exceptions import RedisError
 
 from bidder.observability import Metrics
 from bidder.settings import Settings
-from bidder.signing import signer
+from bidder.signing import signer, token_verifies
 from matching.engine import Budget
 from matching.inventory import InventoryDocument
 from matching.snapshot import SHARDS, ApiKeyInfo, Snapshot, build_snapshot
@@ -377,7 +376,7 @@ class Runtime:
         def build() -> Snapshot | str:
             if layout != str(INVENTORY_COPY_FORMAT):
                 return f"layout {layout}, this release reads {INVENTORY_COPY_FORMAT}"
-            if not any(hmac.compare_digest(signer(secret).token(copy), mac) for secret in secrets):
+            if not token_verifies(secrets, copy, mac):
                 return "signed by no configured signing secret"
             try:
                 kept = decode_inventory_copy(copy)

@@ -92,7 +92,11 @@ def verify(
     given = params.get(SIGNATURE_PARAM)
     if not given or any(name not in params for name in signed):
         return False
-    signed_message = _message(path, params, signed)
+    return token_verifies(secrets, _message(path, params, signed), given)
+
+
+def token_verifies(secrets: Sequence[str], signed_message: bytes, given: str) -> bool:
+    """Whether `given` is the token of `signed_message` under any of `secrets`."""
     # Compared as bytes: compare_digest refuses str with non-ASCII characters (a forged token).
     given_bytes = given.encode()
     return any(

@@ -153,14 +153,16 @@ async def test_without_postgres_or_a_copy_a_worker_is_not_ready(
 
 
 @pytest.mark.parametrize(
-    ("stamp", "secret", "copy"),
+    ("stamp", "secret", "copy", "mac"),
     [
         # Not msgpack of an inventory copy, though signed right.
-        ("1:7", SIGNING_SECRETS.split(",")[0], b"\x93\x07\xa1x"),
+        ("1:7", SIGNING_SECRETS.split(",")[0], b"\x93\x07\xa1x", None),
         # Another release's layout.
-        ("999:7", SIGNING_SECRETS.split(",")[0], b"\x93\x07\x80\x90"),
+        ("999:7", SIGNING_SECRETS.split(",")[0], b"\x93\x07\x80\x90", None),
         # Written by something that does not hold a signing secret: keys it brings are refused.
-        ("1:7", "not-a-configured-secret-0123", b"\x93\x07\x80\x90"),
+        ("1:7", "not-a-configured-secret-0123", b"\x93\x07\x80\x90", None),
+        # A signature that is no token at all (compare_digest refuses non-ASCII text).
+        ("1:7", SIGNING_SECRETS.split(",")[0], b"\x93\x07\x80\x90", "forg\u00e9"),
     ],
 )
 async def test_a_copy_that_is_unusable_is_not_served_and_the_log_says_so_once(
@@ -170,12 +172,13 @@ async def test_a_copy_that_is_unusable_is_not_served_and_the_log_says_so_once(
     stamp: str,
     secret: str,
     copy: bytes,
+    mac: str | None,
 ) -> None:
     client = redis.Redis.from_url(servers.redis_url)
     try:
         client.hset(
             INVENTORY_COPY_KEY,
-            mapping={"stamp": stamp, "mac": signer(secret).token(copy), "copy": copy},
+            mapping={"stamp": stamp, "mac": mac or signer(secret).token(copy), "copy": copy},
         )
     finally:
         client.close()
