@@ -26,6 +26,7 @@ from matching.inventory import InventoryDocument
 from matching.snapshot import SHARDS, ApiKeyInfo, Snapshot, build_snapshot
 from store.hot import (
     INVENTORY_COPY_FORMAT,
+    REDIS_DOWN,
     HotState,
     connect,
     copy_stamp,
@@ -317,7 +318,7 @@ class Runtime:
             if await self.hot.stored_copy_stamp() == stamp:
                 return False
             return await self.hot.claim_copy_write(stamp)
-        except (RedisError, OSError, TimeoutError) as exc:
+        except REDIS_DOWN as exc:
             self._note_copy_problem(f"not checked: {type(exc).__name__}")
             return False
 
@@ -339,7 +340,7 @@ class Runtime:
                 await self.hot.save_inventory_copy(stamp, mac, copy)
             finally:
                 await self.hot.release_copy_claim(stamp)
-        except (RedisError, OSError, TimeoutError) as exc:
+        except REDIS_DOWN as exc:
             self._note_copy_problem(f"not written: {type(exc).__name__}")
             return
         self._note_copy_problem(None)
@@ -406,7 +407,7 @@ class Runtime:
             return
         try:
             await self.load_inventory_copy()
-        except (RedisError, OSError, TimeoutError) as exc:
+        except REDIS_DOWN as exc:
             self._note_copy_problem(f"not read: {type(exc).__name__}")
         except Exception:
             log.exception("inventory copy not loaded")

@@ -14,7 +14,6 @@ import uuid
 from typing import Any
 
 from litestar import Request, Response, get
-from redis.exceptions import RedisError
 
 from bidder.deprecation import deprecation_headers
 from bidder.errors import Forbidden, Unavailable
@@ -24,6 +23,7 @@ from bidder.signing import query_values, verify
 from bidder.vast import IMPRESSION_EVENT, OPENRTB_MACROS, TRACKING_SIGNED
 from bidder.web import runtime_of
 from matching.money import split_gross
+from store.hot import REDIS_DOWN
 
 PIXEL = base64.b64decode("R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7")
 _PIXEL_HEADERS = {"Cache-Control": "no-store, max-age=0"}
@@ -73,7 +73,7 @@ async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[b
     try:
         billing = await _billing(rt, offer_id) if event == IMPRESSION_EVENT else {}
         tracked = await rt.hot.track(offer_id, event, now, payload, billing)
-    except (RedisError, OSError, TimeoutError):
+    except REDIS_DOWN:
         raise Unavailable(
             "The tracking event could not be stored, retry shortly",
             headers={"Retry-After": "1", **deprecated},

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from matching.engine import Budget
@@ -30,6 +31,8 @@ from matching.inventory import CANONICAL_UUID, InventoryDocument
 from matching.snapshot import SHARDS, ApiKeyInfo, CampaignInfo
 from store.pipelined import Arg, PipelinedRedis, PipelinedScript
 
+#: What a Redis that cannot be reached or answers too late raises.
+REDIS_DOWN = (RedisError, OSError, TimeoutError)
 QUEUE_GROUP = "writers"
 DAY_TTL_MS = 3 * 86_400_000
 _json = msgspec.json.Encoder()

@@ -18,7 +18,6 @@ from typing import Any, NamedTuple
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.params import FromPath
-from redis.exceptions import RedisError
 
 from bidder.admin._common import audit, json_response, path_uuid, read_body
 from bidder.errors import BadRequest, NotFound, ServiceError
@@ -28,13 +27,11 @@ from matching.engine import Budget
 from matching.inventory import MAX_AMOUNT_CENTS, Campaign
 from matching.money import CENT_PLACES, cents_to_micros, micros_to_cents
 from matching.snapshot import campaign_shard
-from store.hot import HotState
+from store.hot import REDIS_DOWN, HotState
 from store.inventory_repo import KeyReused, TotalTooHigh, add_budget, fetch_campaign
 from store.postgres import Conn
 
 log = logging.getLogger("bidder.admin")
-#: What a Redis that cannot be reached or answers too late raises.
-REDIS_DOWN = (RedisError, OSError, TimeoutError)
 #: Longest idempotency key of a top-up; keys are visible ASCII (a UUID, a ticket number).
 MAX_KEY_CHARS = 255
 _KEY_CHARS = re.compile(rf"[\x21-\x7e]{{1,{MAX_KEY_CHARS}}}")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from redis.exceptions import RedisError
-
 from bidder.asgi import Answer, HttpCall, is_json
 from bidder.auth import authenticate
 from bidder.errors import BadRequest
@@ -31,7 +29,7 @@ from bidder.vast import match_vast
 from matching.engine import NoMatch, VideoSlot
 from matching.money import micros_to_eur, openrtb_min_bid_micros
 from matching.snapshot import ScreenInfo, Snapshot
-from store.hot import epoch_ms
+from store.hot import REDIS_DOWN, epoch_ms
 
 #: Largest BidRequest body accepted (413 above it).
 MAX_BID_BYTES = 1_000_000
@@ -66,7 +64,7 @@ async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answ
         return no_content(settings)
     try:
         made = await _make_bid(rt, snapshot, screen, ask, now)
-    except (RedisError, OSError, TimeoutError):
+    except REDIS_DOWN:
         rt.metrics.count_no_bid("technical")
         return no_bid(settings, ask.request_id, NBR_TECHNICAL)
     if isinstance(made, NoMatch):

@@ -14,7 +14,6 @@ from typing import Any
 
 import msgspec
 from litestar import Request
-from redis.exceptions import RedisError
 
 from bidder.asgi import Answer
 from bidder.deprecation import OPENRTB_PREFIX
@@ -25,7 +24,7 @@ from bidder.settings import Settings
 from bidder.signing import SIGNATURE_PARAM, query_values, signer, url_value, verify
 from bidder.web import runtime_of
 from matching.money import MoneyError, parse_cents
-from store.hot import epoch_ms
+from store.hot import REDIS_DOWN, epoch_ms
 
 MAX_QUERY_BYTES = 4 * 1024
 MAX_BODY_BYTES = 16 * 1024
@@ -91,7 +90,7 @@ async def handle_loss(request: Request[Any, Any, Any], offer_id: str) -> Answer:
     }
     try:
         kind, _ = await rt.hot.loss(offer_id, now, payload)
-    except (RedisError, OSError, TimeoutError):
+    except REDIS_DOWN:
         raise Unavailable(
             "The loss notice could not be stored; retry with backoff, the URL stays valid",
             headers={"Retry-After": "5"},
