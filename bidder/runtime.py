@@ -100,6 +100,8 @@ class Runtime:
         self.inventory_source = "postgres"
         self._copy_problem: str | None = None  # what keeping the copy last failed on
         self._refused_copy: str | None = None  # the stamp of a copy found unusable
+        # Which secret signs this worker's copies: a token of its own, never the secret itself.
+        self._copy_signed_by = signer(settings.signing_secret).token(b"copy")[:8]
         self.budgets: dict[str, Budget] = {}
         # Answers folded into `budgets` so far, and the count at each campaign's last one: a
         # refresh read leaves a campaign alone when an answer for it came in during the read.
@@ -347,8 +349,7 @@ class Runtime:
         log.info("inventory copy kept in Redis", extra={"version": version, "bytes": len(copy)})
 
     def _copy_stamp(self, version: int) -> str:
-        # The signing secret named by a token of its own, never by itself.
-        return copy_stamp(version, signer(self.settings.signing_secret).token(b"copy")[:8])
+        return copy_stamp(version, self._copy_signed_by)
 
     def _note_copy_problem(self, problem: str | None) -> None:
         """Say in the log when keeping the copy starts and stops failing (not every poll)."""
