@@ -34,6 +34,17 @@ COMPATIBLE_KINDS: dict[str, frozenset[str]] = {
     "moving": frozenset({"image", "cinemagraph", "video"}),
 }
 
+#: The images a static screen shows: "Static images (JPEG, PNG)" (contract). A GIF of kind
+#: `image` may move, so it goes only where slow assets may.
+STATIC_IMAGE_TYPES = frozenset({"image/jpeg", "image/png"})
+
+
+def can_show(screen_type: str, kind: str, mime_type: str) -> bool:
+    """Whether a screen of `screen_type` may show a creative of `kind` in `mime_type`."""
+    if kind not in COMPATIBLE_KINDS[screen_type]:
+        return False
+    return screen_type != "static" or mime_type in STATIC_IMAGE_TYPES
+
 #: MIME type by asset file extension (decisions section 2). Anything else is refused at import.
 MIME_BY_EXTENSION: dict[str, str] = {
     "jpg": "image/jpeg",

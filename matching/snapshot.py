@@ -13,7 +13,6 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from matching.inventory import (
-    COMPATIBLE_KINDS,
     SCREEN_TYPES,
     Advertiser,
     Campaign,
@@ -21,6 +20,7 @@ from matching.inventory import (
     InventoryDocument,
     Publisher,
     Screen,
+    can_show,
     mime_type_for,
 )
 from matching.money import (
@@ -220,7 +220,7 @@ def _campaign_info(campaign: Campaign, creatives: list[Creative]) -> CampaignInf
 def _ranked_creatives(creatives: tuple[CreativeInfo, ...]) -> dict[str, tuple[CreativeInfo, ...]]:
     ranked = sorted(creatives, key=lambda c: (KIND_PREFERENCE[c.kind], c.id))
     return {
-        screen_type: tuple(c for c in ranked if c.kind in COMPATIBLE_KINDS[screen_type])
+        screen_type: tuple(c for c in ranked if can_show(screen_type, c.kind, c.mime_type))
         for screen_type in SCREEN_TYPES
     }
 

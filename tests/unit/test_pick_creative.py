@@ -1,6 +1,7 @@
 """The creative choice from the snapshot's pre-ranked lists equals the rule it implements.
 
-Contract (screen types and assets) and decisions 3: only kinds the screen type takes; Core picks
+Contract (screen types and assets) and decisions 3: only kinds the screen type takes, and on a
+static screen only "Static images (JPEG, PNG)", so no GIF even of kind `image`; Core picks
 the screen's exact size first, then the richer kind (video, cinemagraph, image), then the lowest
 id; OpenRTB needs the slot's exact size and an accepted MIME type, and says which step failed.
 """
@@ -13,13 +14,31 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from matching.engine import VideoSlot, pick_creative
-from matching.inventory import COMPATIBLE_KINDS
 from matching.snapshot import CreativeInfo, build_snapshot
 from tests.factories import CAMPAIGN, basic_document, creative, screen, uid
 
 _RICHNESS = {"video": 0, "cinemagraph": 1, "image": 2}
-_URL = {"video": "https://cdn.example/a.mp4", "cinemagraph": "https://cdn.example/a.gif"}
-_MIME = {"video": "video/mp4", "cinemagraph": "image/gif", "image": "image/jpeg"}
+#: The contract's table of screen types and assets, written out here rather than imported.
+_TAKES = {
+    "static": {("image", "image/jpeg"), ("image", "image/png")},
+    "slow": {("image", "image/jpeg"), ("image", "image/png"), ("image", "image/gif")}
+    | {("cinemagraph", "image/gif"), ("cinemagraph", "video/mp4")},
+}
+_TAKES["moving"] = _TAKES["slow"] | {("video", "video/mp4")}
+#: Files of each kind: (URL, its MIME type).
+_FILES = {
+    "video": [("https://cdn.example/a.mp4", "video/mp4")],
+    "cinemagraph": [
+        ("https://cdn.example/a.gif", "image/gif"),
+        ("https://cdn.example/c.mp4", "video/mp4"),
+    ],
+    "image": [
+        ("https://cdn.example/a.jpg", "image/jpeg"),
+        ("https://cdn.example/a.png", "image/png"),
+        ("https://cdn.example/b.gif", "image/gif"),
+    ],
+}
+_MIMES = sorted({mime for files in _FILES.values() for _, mime in files})
 sizes = st.sampled_from([(1920, 1080), (1080, 1920), (1280, 720)])
 
 
@@ -27,7 +46,7 @@ def _rule(
     creatives: list[CreativeInfo], screen_type: str, size: tuple[int, int], slot: VideoSlot | None
 ) -> CreativeInfo | str:
     """The rule written out plainly, independent of the engine's ranking."""
-    compatible = [c for c in creatives if c.kind in COMPATIBLE_KINDS[screen_type]]
+    compatible = [c for c in creatives if (c.kind, c.mime_type) in _TAKES[screen_type]]
     if not compatible:
         return "no_compatible_asset"
     if slot is None:
@@ -43,15 +62,18 @@ def _rule(
 
 @given(
     specs=st.lists(
-        st.tuples(st.sampled_from(["video", "cinemagraph", "image"]), sizes), max_size=6
+        st.tuples(
+            st.sampled_from(["video", "cinemagraph", "image"]), st.integers(0, 2), sizes
+        ),
+        max_size=6,
     ),
     screen_type=st.sampled_from(["static", "slow", "moving"]),
     screen_size=sizes,
     slot_size=st.one_of(st.none(), sizes),
-    mimes=st.one_of(st.none(), st.frozensets(st.sampled_from(sorted(_MIME.values())))),
+    mimes=st.one_of(st.none(), st.frozensets(st.sampled_from(_MIMES))),
 )
 def test_pick_creative_follows_the_rule(
-    specs: list[tuple[str, tuple[int, int]]],
+    specs: list[tuple[str, int, tuple[int, int]]],
     screen_type: str,
     screen_size: tuple[int, int],
     slot_size: tuple[int, int] | None,
@@ -62,11 +84,11 @@ def test_pick_creative_follows_the_rule(
             id=uid(10, n),
             campaign_id=CAMPAIGN,
             kind=kind,
-            url=_URL.get(kind, "https://cdn.example/a.jpg"),
+            url=_FILES[kind][file % len(_FILES[kind])][0],
             width=width,
             height=height,
         )
-        for n, (kind, (width, height)) in enumerate(specs)
+        for n, (kind, file, (width, height)) in enumerate(specs)
     ]
     width, height = screen_size
     doc = basic_document(
