@@ -45,6 +45,7 @@ def can_show(screen_type: str, kind: str, mime_type: str) -> bool:
         return False
     return screen_type != "static" or mime_type in STATIC_IMAGE_TYPES
 
+
 #: MIME type by asset file extension (decisions section 2). Anything else is refused at import.
 MIME_BY_EXTENSION: dict[str, str] = {
     "jpg": "image/jpeg",

@@ -62,9 +62,7 @@ def _rule(
 
 @given(
     specs=st.lists(
-        st.tuples(
-            st.sampled_from(["video", "cinemagraph", "image"]), st.integers(0, 2), sizes
-        ),
+        st.tuples(st.sampled_from(["video", "cinemagraph", "image"]), st.integers(0, 2), sizes),
         max_size=6,
     ),
     screen_type=st.sampled_from(["static", "slow", "moving"]),
