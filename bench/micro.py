@@ -146,7 +146,7 @@ def _bid_path_cases(now: datetime, snap: Snapshot) -> dict[str, Callable[[], obj
     bid = Bid(
         new_uuid(),
         "1",
-        Decimal("1.1947"),
+        msgspec.Raw(b"1.1947"),
         offer_id,
         offer_id,
         offer_id,

@@ -119,11 +119,21 @@ def micros_to_cents(micros: int) -> Decimal:
 
 def cents_text(micros: int) -> str:
     """`str(micros_to_cents(micros))` with integer arithmetic: 2500000 -> "2.5", 0 -> "0"."""
-    whole, fraction = divmod(abs(micros), MICROS_PER_CENT)
+    return _plain_text(micros, MICROS_PER_CENT, 6)
+
+
+def eur_text(micros: int) -> str:
+    """Micro-cents as EUR in plain notation, without trailing zeros: 29867500 -> "0.298675",
+    2 -> "0.00000002" (a Decimal's `str` would say "2E-8"; decisions 1: a plain number)."""
+    return _plain_text(micros, MICROS_PER_CENT * 100, 8)
+
+
+def _plain_text(micros: int, per_unit: int, digits: int) -> str:
+    whole, fraction = divmod(abs(micros), per_unit)
     sign = "-" if micros < 0 else ""
     if not fraction:
         return f"{sign}{whole}"
-    return f"{sign}{whole}.{fraction:06d}".rstrip("0")
+    return f"{sign}{whole}.{fraction:0{digits}d}".rstrip("0")
 
 
 def play_price_micros(cpm_cents: Decimal, audience: Decimal) -> int:
@@ -228,8 +238,3 @@ def json_decimal(text: str) -> Decimal:
             return Decimal(f"{sign}0")
         side = "-" if exponent.startswith("-") else ""
         return Decimal(f"{sign}1e{side}{_FURTHEST_EXPONENT}")
-
-
-def micros_to_eur(micros: int) -> Decimal:
-    """Micro-cents to EUR (cents / 100), without trailing zeros."""
-    return plain(Decimal(micros) / (_MICROS * 100))

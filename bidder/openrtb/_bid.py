@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import msgspec
+
 from bidder.asgi import Answer, HttpCall, is_json
 from bidder.auth import authenticate
 from bidder.errors import BadRequest
@@ -27,7 +29,7 @@ from bidder.openrtb._response import (
 from bidder.runtime import Runtime, utcnow
 from bidder.vast import match_vast
 from matching.engine import NoMatch, VideoSlot
-from matching.money import micros_to_eur, openrtb_min_bid_micros
+from matching.money import eur_text, openrtb_min_bid_micros
 from matching.snapshot import ScreenInfo, Snapshot
 from store.hot import REDIS_DOWN, epoch_ms
 
@@ -127,7 +129,7 @@ def _bid(
     return Bid(
         id=new_uuid(),
         impid=ask.imp_id,
-        price=micros_to_eur(made.match.price_micros),
+        price=msgspec.Raw(eur_text(made.match.price_micros).encode()),
         adid=offer_id,
         cid=offer_id,
         crid=offer_id,

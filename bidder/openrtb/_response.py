@@ -3,7 +3,6 @@ headers every OpenRTB response carries."""
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -28,7 +27,7 @@ new_uuid = random_uuid
 class Bid(msgspec.Struct):
     id: str
     impid: str
-    price: Decimal
+    price: msgspec.Raw  # EUR as a plain JSON number (money.eur_text), never "2E-8"
     adid: str
     cid: str
     crid: str

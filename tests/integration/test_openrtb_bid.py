@@ -548,6 +548,17 @@ async def test_an_audience_beyond_18_decimals_is_rounded_there_and_priced(live: 
         assert Decimal(str(response.json()["seatbid"][0]["bid"][0]["price"])) == price
 
 
+async def test_a_price_below_a_millionth_of_a_euro_is_a_plain_number(live: Live) -> None:
+    """Decisions 1: JSON output is a plain number, so no exponent ("2E-8") however small."""
+    headers = await seeded(live)
+    no_floor = {"deals": [{"id": "deal-7", "bidfloor": 0, "at": 3}]}
+    request = bid_request(qty={"multiplier": Decimal("0.00001")}, pmp=no_floor)
+    response = await post_bid(live, headers, _with_bare_numbers(request))
+    assert response.status_code == 200, response.text
+    # 250 cents CPM x 0.00001 / 1000 = 2.5 micro-cents, half-even 2: 0.00000002 EUR.
+    assert '"price":0.00000002,' in response.text
+
+
 async def test_an_audience_just_below_10_billion_is_priced(live: Live) -> None:
     headers = await seeded(live)
     response = await post_bid(live, headers, bid_request(qty={"multiplier": 9_999_999_999}))

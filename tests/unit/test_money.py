@@ -4,6 +4,7 @@ gross always, and the parsing rules of wire amounts."""
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal
 from fractions import Fraction
 
@@ -16,6 +17,7 @@ from matching.money import (
     MICROS_PER_CENT,
     MoneyError,
     cents_to_micros,
+    eur_text,
     json_decimal,
     micros_to_cents,
     openrtb_min_bid_micros,
@@ -254,3 +256,25 @@ def test_json_numbers_decode_to_a_decimal_whatever_their_exponent(
     text: str, value: Decimal
 ) -> None:
     assert json_decimal(text) == value
+
+
+_PLAIN_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?")
+
+
+@given(micros=st.integers(min_value=-(10**18), max_value=10**18))
+def test_eur_text_is_the_exact_amount_in_plain_notation(micros: int) -> None:
+    """Decisions 1: JSON output is a plain number; a price is EUR = micro-cents / 10^8."""
+    text = eur_text(micros)
+    assert _PLAIN_NUMBER.fullmatch(text), text
+    assert Fraction(text) == Fraction(micros, 100 * MICROS_PER_CENT)
+
+
+def test_eur_text_of_prices_below_a_millionth_of_a_euro() -> None:
+    assert [eur_text(m) for m in (2, 99, 100, 29_867_500, 10**8, 0)] == [
+        "0.00000002",
+        "0.00000099",
+        "0.000001",
+        "0.298675",
+        "1",
+        "0",
+    ]

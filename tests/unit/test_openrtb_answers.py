@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from decimal import Decimal
+
+import msgspec
 
 from bidder.deprecation import DEPRECATION_MESSAGE
 from bidder.openrtb._response import Bid, bid_response, new_uuid, no_bid, no_content
@@ -40,7 +41,7 @@ def test_a_bid_answer() -> None:
     bid = Bid(
         id="b-1",
         impid="imp-1",
-        price=Decimal("1.1947"),
+        price=msgspec.Raw(b"1.1947"),
         adid="o",
         cid="o",
         crid="o",
