@@ -20,7 +20,7 @@ from bidder.errors import Forbidden, Unavailable
 from bidder.runtime import Runtime, utcnow
 from bidder.settings import Settings
 from bidder.signing import query_values, verify
-from bidder.vast import IMPRESSION_EVENT, OPENRTB_MACROS, TRACKING_SIGNED
+from bidder.vast import IMPRESSION_EVENT, OPENRTB_MACROS, TRACKING_SIGNED, macro_value
 from bidder.web import runtime_of
 from matching.money import split_gross
 from store.hot import REDIS_DOWN
@@ -66,8 +66,9 @@ async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[b
         "event_id": str(uuid.uuid4()),
         "event": event,
         "ts": int(params["ts"]),
-        "price": request.query_params.get("price"),
-        "aud": request.query_params.get("aud"),
+        # As a loss notice keeps its macros: what the SSP put in, none if it substituted none.
+        "price": macro_value(request.query_params.get("price")),
+        "aud": macro_value(request.query_params.get("aud")),
     }
     now = utcnow()
     try:

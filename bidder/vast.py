@@ -37,6 +37,17 @@ TRACKING_SIGNED = ("offer_id", "event", "pub", "scr", "ts")
 OPENRTB_MACROS = (("price", "${AUCTION_PRICE}"), ("aud", "${TOTAL_IMP}"))
 
 
+def macro_value(value: str | None) -> str | None:
+    """The value an SSP put in for a macro, or None for an absent, empty or unsubstituted one
+    (contract: "Unsubstituted macros are tolerated. The notice is stored without the value")."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value or "${" in value:
+        return None
+    return value
+
+
 class VastAd(msgspec.Struct, frozen=True):
     """Everything one VAST document says about one offer or bid. A frozen Struct: made on
     every bid and offer, it costs a fifth of a frozen dataclass to build."""

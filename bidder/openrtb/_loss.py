@@ -22,6 +22,7 @@ from bidder.openrtb._response import no_content
 from bidder.runtime import utcnow
 from bidder.settings import Settings
 from bidder.signing import SIGNATURE_PARAM, query_values, signer, url_value, verify
+from bidder.vast import macro_value
 from bidder.web import runtime_of
 from matching.money import MoneyError, parse_cents
 from store.hot import REDIS_DOWN, epoch_ms
@@ -123,18 +124,8 @@ def _signed_and_fresh(
     return now_ms - VALIDITY_MS <= int(ts) <= now_ms + CLOCK_SKEW_MS
 
 
-def _substituted(value: str | None) -> str | None:
-    """The value the SSP put in, or None for an absent, empty or unsubstituted macro."""
-    if value is None:
-        return None
-    value = value.strip()
-    if not value or "${" in value:
-        return None
-    return value
-
-
 def _text(value: str | None) -> str | None:
-    return _substituted(value)
+    return macro_value(value)
 
 
 # Numbers as a URL writes them: ASCII digits only (as `parse_cents` reads decimals). Python's
@@ -145,7 +136,7 @@ _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 def _decimal(value: str | None) -> str | None:
     """A decimal number kept as its exact text; None when the value is not one (as
     `parse_cents` reads a number written as text)."""
-    text = _substituted(value)
+    text = macro_value(value)
     if text is None:
         return None
     try:
@@ -156,7 +147,7 @@ def _decimal(value: str | None) -> str | None:
 
 
 def _integer(value: str | None) -> int | None:
-    text = _substituted(value)
+    text = macro_value(value)
     if text is None or not _INTEGER_TEXT.fullmatch(text) or len(text) > 20:
         return None  # a number no column holds is not one either
     return int(text)

@@ -163,12 +163,18 @@ async def test_every_event_is_recorded_and_only_the_impression_bills(live: Live)
     ]
 
 
-async def test_unsubstituted_macros_are_stored_raw(live: Live) -> None:
+async def test_unsubstituted_macros_are_stored_without_a_value(live: Live) -> None:
+    """As the contract says of loss notices: tolerated, and stored without the value; the
+    values an SSP did substitute are stored as sent."""
     bid = await make_bid(live)
-    assert (await live.client.get(local(tracking_of(bid)["complete"]))).status_code == 200
-    event = (await queue_records(live.rt.redis, "tracking_event"))[0]["p"]
-    assert event["price"] == "${AUCTION_PRICE}"
-    assert event["aud"] == "${TOTAL_IMP}"
+    urls = tracking_of(bid)
+    assert (await live.client.get(local(urls["complete"]))).status_code == 200
+    assert (await live.client.get(fired(urls["start"], "0.30", "119.47"))).status_code == 200
+    events = [e["p"] for e in await queue_records(live.rt.redis, "tracking_event")]
+    assert [(e["event"], e["price"], e["aud"]) for e in events] == [
+        ("complete", None, None),
+        ("start", "0.30", "119.47"),
+    ]
 
 
 @pytest.mark.parametrize(
