@@ -15,10 +15,10 @@ from litestar.params import FromPath
 from bidder.errors import NotFound
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-#: Path name -> guide file. The migration guide is the OpenRTB guide's last section.
+#: Path name -> guide file.
 GUIDES = {
     "api-openrtb": "api-openrtb.md",
-    "migration-openrtb-to-core": "api-openrtb.md",
+    "migration-openrtb-to-core": "migration-openrtb-to-core.md",
     "api-core": "api-core.md",
 }
 

@@ -364,7 +364,13 @@ async def test_the_deprecation_notice_links_to_guides_that_exist(
         migration = await client.get(
             settings.migration_guide_url.removeprefix(settings.public_base_url)
         )
-        assert "Migrating to the Core API" in migration.text
+        # The migration guide itself, step by step, not the whole OpenRTB reference.
+        assert migration.text.startswith("# Migrating from the OpenRTB 2.6 bridge to the Core API")
+        assert "accepted_price_cents" in migration.text
+        assert "## Endpoints" not in migration.text
+        reference = await client.get("/docs/api-openrtb")
+        assert reference.text != migration.text
+        assert "/docs/migration-openrtb-to-core" in reference.text
         unknown = await client.get("/docs/../../etc/passwd")
         assert unknown.status_code == 404
         assert (await client.get("/docs/decisions")).status_code == 404
