@@ -37,7 +37,10 @@ class ServiceError(Exception):
         details: dict[str, Any] | None = None,
         include_status: bool = False,
         headers: dict[str, str] | None = None,
+        openrtb: bool = False,
     ) -> None:
+        """`openrtb`: an answer of the OpenRTB interface served outside its path prefix (an
+        OpenRTB bid's tracking pixel): its shape and deprecation headers, as under the prefix."""
         super().__init__(message)
         self.message = message
         if code is not None:
@@ -47,6 +50,7 @@ class ServiceError(Exception):
         self.details = details or {}
         self.include_status = include_status
         self.headers = headers or {}
+        self.openrtb = openrtb
 
 
 class BadRequest(ServiceError):

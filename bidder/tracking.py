@@ -58,9 +58,7 @@ async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[b
         or not verify(rt.settings.signing_secrets, path, params, TRACKING_SIGNED)
         or not params["ts"].isdigit()
     ):
-        raise Forbidden(
-            "Invalid tracking URL signature", code="INVALID_SIGNATURE", headers=deprecated
-        )
+        raise Forbidden("Invalid tracking URL signature", code="INVALID_SIGNATURE", openrtb=macros)
     offer_id, event = params["offer_id"], params["event"]
     payload = {
         "event_id": str(uuid.uuid4()),
@@ -77,7 +75,8 @@ async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[b
     except REDIS_DOWN:
         raise Unavailable(
             "The tracking event could not be stored, retry shortly",
-            headers={"Retry-After": "1", **deprecated},
+            headers={"Retry-After": "1"},
+            openrtb=macros,
         ) from None
     if tracked.status == "billed":
         rt.metrics.count_bid_outcome("billed")

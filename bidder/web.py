@@ -95,9 +95,10 @@ async def postgres(request: Request[Any, Any, Any]) -> AsyncIterator[Conn]:
 def error_parts(
     path: str, settings: Settings, exc: ServiceError
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The body and headers of a ServiceError in the shape of the interface `path` belongs to."""
+    """The body and headers of a ServiceError in the shape of the interface `path` belongs to
+    (or OpenRTB's, for an error that says it is of that interface)."""
     headers = dict(exc.headers)
-    if path.startswith(OPENRTB_PREFIX):
+    if exc.openrtb or path.startswith(OPENRTB_PREFIX):
         body: dict[str, Any] = openrtb_error_body(settings, exc.code, exc.message, exc.details)
         headers.update(deprecation_headers(settings))
     else:

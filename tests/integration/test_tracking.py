@@ -23,6 +23,7 @@ from tests.conftest import ServerUrls
 from tests.integration._core_helpers import Live, live_app
 from tests.integration.test_openrtb_bid import (
     assert_deprecated,
+    assert_error,
     bid_request,
     post_bid,
     queue_kept,
@@ -111,8 +112,9 @@ async def test_an_openrtb_pixel_carries_the_deprecation_headers_and_a_core_one_d
         assert response.status_code == 200
         assert_deprecated(response)
     forged = await live.client.get(fired(tracking_of(bid)["start"]).replace("token=", "token=x"))
-    assert forged.status_code == 403
-    assert_deprecated(forged)  # told by the URL's macros, before any offer is read
+    # Told by the URL's macros, before any offer is read: the interface's error shape and
+    # headers (contract: OpenRTB errors), as its loss notice answers a forged URL.
+    assert_error(forged, 403, "INVALID_SIGNATURE")
     headers = await seeded(live)
     offer = await live.client.get(
         f"/functions/v1/api/offers/request/{f.SCREEN_MOVING}?vast=true", headers=headers
@@ -129,6 +131,7 @@ async def test_an_openrtb_pixel_carries_the_deprecation_headers_and_a_core_one_d
     forged = await live.client.get(core_pixel.replace("token=", "token=x"))
     assert forged.status_code == 403
     assert "Deprecation" not in forged.headers
+    assert forged.json() == {"error": "Invalid tracking URL signature"}
 
 
 async def test_bid_outcomes_and_loss_notices_are_counted(live: Live) -> None:
@@ -275,6 +278,6 @@ async def test_a_stalled_redis_gets_the_pixel_a_503_at_once(live: Live) -> None:
         await fast.aclose()
         await background.aclose()
         server.close()
-    assert response.status_code == 503
+    assert_error(response, 503, "SERVICE_UNAVAILABLE")  # an OpenRTB pixel: that shape
     assert response.headers["retry-after"] == "1"
     assert elapsed < 1.0
