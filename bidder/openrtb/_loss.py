@@ -84,9 +84,9 @@ async def handle_loss(request: Request[Any, Any, Any], offer_id: str) -> Answer:
     payload = {
         "reason": _integer(params.get("reason")),
         "price": _decimal(params.get("price")),
-        "cur": _text(params.get("cur")),
+        "cur": macro_value(params.get("cur")),
         "mtw": _decimal(params.get("mtw")),
-        "aid": _text(params.get("aid")),
+        "aid": macro_value(params.get("aid")),
         "body": _diagnostic_body(raw_body) if request.method == "POST" else None,
     }
     try:
@@ -122,10 +122,6 @@ def _signed_and_fresh(
     if not ts.isdigit():
         return False
     return now_ms - VALIDITY_MS <= int(ts) <= now_ms + CLOCK_SKEW_MS
-
-
-def _text(value: str | None) -> str | None:
-    return macro_value(value)
 
 
 # Numbers as a URL writes them: ASCII digits only (as `parse_cents` reads decimals). Python's
