@@ -2,8 +2,9 @@
 (`POST /admin/v1/campaigns/{id}/budget`).
 
 The total lives in Postgres; reserved and spent live in Redis, where the Lua scripts keep them
-exact. A top-up raises the Postgres total and sets the Redis total at once, so the next offer on
-this worker and the answer to this request already see it (the inventory reload writes the same
+exact. A top-up raises the Postgres total and sets the Redis total at once, and folds it into
+this worker's budget view, so the next offer on this worker and the answer to this request
+already see it (the inventory reload writes the same
 value on every worker). A top-up Postgres committed is answered 200 even when Redis then
 fails: it has happened, and the reload brings Redis the total.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -61,20 +63,28 @@ def budget_view(campaign: Campaign, live: Budget | None) -> BudgetView:
 
 
 async def with_budget(
-    hot: HotState, campaign: Campaign, *, redis_optional: bool = False
+    hot: HotState,
+    campaign: Campaign,
+    *,
+    redis_optional: bool = False,
+    note: Callable[[str, Budget | None], None] | None = None,
 ) -> dict[str, Any]:
     """What the admin API shows of a campaign: its fields and its live `budget`.
     `redis_optional`: when Redis cannot be read, `budget` is null instead of the error (the
-    answer to a top-up that committed must say it did)."""
+    answer to a top-up that committed must say it did). `note`: given the budget read (a
+    worker's `Runtime.note_budget`, so its matching sees a top-up at once)."""
     body: dict[str, Any] = msgspec.to_builtins(campaign, builtin_types=(Decimal,))
     try:
-        budgets = await hot.read_budgets(utcnow())
+        budgets = await hot.read_budgets(utcnow(), (campaign_shard(campaign.id),))
     except REDIS_DOWN:
         if not redis_optional:
             raise
         body["budget"] = None
         return body
-    body["budget"] = budget_view(campaign, budgets.get(campaign.id))
+    budget = budgets.get(campaign.id)
+    if note is not None:
+        note(campaign.id, budget)
+    body["budget"] = budget_view(campaign, budget)
     return body
 
 
@@ -190,10 +200,12 @@ async def top_up(request: Request[Any, Any, Any], campaign_id: FromPath[str]) ->
     if key is not None:
         check_idempotency_key(key)
     body = await read_body(request, TopUp, "budget top-up")
-    hot = runtime_of(request).hot
+    rt = runtime_of(request)
     async with postgres(request) as conn:
-        done = await apply_top_up(conn, hot, campaign_id, body.add_cents, key)
-    response = json_response(await with_budget(hot, done.campaign, redis_optional=True))
+        done = await apply_top_up(conn, rt.hot, campaign_id, body.add_cents, key)
+    # This worker's matching sees the new total now, not at its next budget refresh.
+    shown = await with_budget(rt.hot, done.campaign, redis_optional=True, note=rt.note_budget)
+    response = json_response(shown)
     if done.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return response

@@ -271,6 +271,34 @@ async def test_a_top_up_raises_the_total_at_once_and_in_postgres(
     assert budgets[CAMPAIGN].total == 100_250_500_001
 
 
+async def test_a_top_up_reaches_this_workers_matching_at_once(
+    servers: ServerUrls, clean: None
+) -> None:
+    """A campaign whose budget cannot pay a play is not offered; the offer request right after
+    a top-up that covers it is (not a second later, at the worker's next budget refresh)."""
+    await seed(servers.database_url, basic_document(campaigns=[campaign(budget_cents=Decimal(1))]))
+    key = await make_key(servers.database_url)
+    async for client in started_client(servers):
+        await wait_for_inventory(client)
+        url = f"/functions/v1/api/offers/request/{SCREEN_MOVING}"
+        for _ in range(5):  # 2.5 cents a play, 1 cent left: nothing eligible
+            assert (await client.get(url, headers=bearer(key))).status_code == 404
+            topped = await client.post(
+                f"/admin/v1/campaigns/{CAMPAIGN}/budget", headers=ADMIN, json={"add_cents": 2.5}
+            )
+            assert topped.status_code == 200, topped.text
+            offer = await client.get(url, headers=bearer(key))
+            assert offer.status_code == 200, offer.text  # 3.5 cents left now: one play
+            assert parsed(offer.content)["bid_price_cents"] == Decimal("2.5")
+            # The play spends 2.5: 1 cent is left, again below a play.
+            accepted = await client.post(
+                f"/functions/v1/api/offers/response/{parsed(offer.content)['offer_id']}",
+                headers=bearer(key),
+                json={"action": "accept", "accepted_price_cents": 2.5},
+            )
+            assert accepted.status_code == 200, accepted.text
+
+
 async def _stored_total(servers: ServerUrls) -> Decimal:
     sql = "SELECT budget_cents FROM campaigns WHERE id = $1"
     total: Decimal = await fetchval(servers, sql, uuid.UUID(CAMPAIGN))
