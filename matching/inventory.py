@@ -434,6 +434,8 @@ def _validate_screens(check: _Checker, screens: list[Screen], publishers: set[st
     _check_ids(check, "screens", [s.id for s in screens])
     external: set[tuple[str, str]] = set()
     for i, scr in enumerate(screens):
+        if not scr.name.strip():
+            check.add("screens", i, scr.id, "name", "must not be empty")
         if scr.publisher_id not in publishers:
             check.add("screens", i, scr.id, "publisher_id", "names no known publisher")
         _check_pixels(check, "screens", i, scr.id, scr.width, scr.height)
@@ -484,6 +486,8 @@ def _check_external_id(
 def _validate_campaigns(check: _Checker, campaigns: list[Campaign], advertisers: set[str]) -> None:
     _check_ids(check, "campaigns", [c.id for c in campaigns])
     for i, cmp in enumerate(campaigns):
+        if not cmp.name.strip():  # the VAST's AdTitle
+            check.add("campaigns", i, cmp.id, "name", "must not be empty")
         if cmp.advertiser_id not in advertisers:
             check.add("campaigns", i, cmp.id, "advertiser_id", "names no known advertiser")
         _check_money(check, "campaigns", i, cmp.id, "cpm_cents", cmp.cpm_cents, positive=True)

@@ -211,6 +211,7 @@ async def test_an_invalid_screen_lists_every_problem_by_field(
         "POST",
         body={
             **NEW_SCREEN,
+            "name": "  ",
             "width": 0,
             "timezone": "Atlantis/Capital",
             "lat": 91,
@@ -221,6 +222,7 @@ async def test_an_invalid_screen_lists_every_problem_by_field(
     body = response.json()
     assert isinstance(body["error"], str)
     assert {p["field"] for p in body["problems"]} == {
+        "name",
         "width",
         "timezone",
         "lat",

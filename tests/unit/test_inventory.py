@@ -88,6 +88,16 @@ CASES: list[tuple[str, Callable[[], InventoryDocument], set[Where]]] = [
         ),
         {("publishers", 0, "commission_rate")},
     ),
+    (
+        "screen name blank",
+        lambda: basic_document(screens=[screen(name=" ")]),
+        {("screens", 0, "name")},
+    ),
+    (
+        "campaign name empty",
+        lambda: basic_document(campaigns=[campaign(name="")]),
+        {("campaigns", 0, "name")},
+    ),
     # advertisers
     (
         "advertiser name blank",
