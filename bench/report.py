@@ -33,6 +33,7 @@ LABELS = {
     "healthz": "GET /healthz (ceiling)",
     "offer_request": "GET offer request",
     "accept": "POST offer response (accept)",
+    "accept_held": "accept, record writer held (records queued, written after)",
     "bid": "POST OpenRTB bid",
     "loss": "GET loss notice",
     "offer_request_half": "offer request at half peak",

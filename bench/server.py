@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -206,6 +207,20 @@ class Writer:
             return
         stop_process(self.proc, signal.SIGTERM, 30)
         self.proc = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """The writer stopped (SIGSTOP) for the block, then resumed: records wait in their
+        durable queue meanwhile, and it writes them afterwards."""
+        proc = self.proc
+        if proc is None:
+            yield
+            return
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
 
 
 def process_tree(root_pid: int) -> list[int]:

@@ -4,6 +4,9 @@ the order in which the runner takes the rounds (wrk replaced by a stub)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -299,3 +302,79 @@ def test_a_round_whose_pool_came_back_empty_counts_as_no_accepts(
     assert [run.rps for run in outcome.rounds["accept"]] == [1_000.0, 0.0, 1_000.0]
     assert outcome.peak["accept"].rps == 1_000.0
     assert any("round 2" in note and "pool is empty" in note for note in outcome.notes)
+
+
+class _RecordingWriter:
+    """Stands in for server.Writer: says when it is held."""
+
+    def __init__(self) -> None:
+        self.holding = False
+        self.holds = 0
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.holding, self.holds = True, self.holds + 1
+        try:
+            yield
+        finally:
+            self.holding = False
+
+
+def test_one_more_accept_runs_with_the_writer_held_and_is_not_a_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the rounds, with a separate writer: the queue is drained, one accept run on a pool
+    of its own runs while the writer is held, and the queue is drained again; the rounds' accept
+    (the writer draining alongside) stays the peak the target is judged on."""
+    writer = _RecordingWriter()
+    started: list[tuple[str, bool]] = []
+
+    def fake_wrk(spec: WrkRun, base_url: str, log_dir: Path) -> WrkResult:
+        started.append((spec.name, writer.holding))
+        if spec.out is not None:
+            label = spec.name.rsplit("-", 1)[1]
+            text = {"offer_pool": f"key-1\toffer-{label}\t1\n", "accept": f"deal-{label}\n"}
+            spec.out.write_text(text.get(spec.name.rsplit("-", 1)[0], "lurl-x\n"))
+        return wrk(spec.name, 9_000.0 if spec.name == "accept-held" else 4_000.0)
+
+    monkeypatch.setattr(throughput, "run_wrk", fake_wrk)
+    outcome = Outcome()
+    drained: list[int] = []
+    runner = Throughput(
+        BenchConfig(rounds=2, wrk_seconds=1.0),
+        "http://unused",
+        tmp_path,
+        outcome,
+        between_rounds=lambda: drained.append(len(started)),
+        writer=writer,  # type: ignore[arg-type]
+    )
+    runner.peaks([replace(target(1, 1), type="moving")])
+    held = [name for name, holding in started if holding]
+    assert held == ["offer_pool-held", "accept-held"]
+    assert writer.holds == 1
+    names = [name for name, _ in started]
+    # drained after round 1, before the held run, and after it (before the loss notices)
+    assert drained == [5, 10, 12]
+    assert names[10:] == ["offer_pool-held", "accept-held", "loss"]
+    assert outcome.peak["accept_held"].rps == 9_000.0
+    assert [run.rps for run in outcome.rounds["accept"]] == [4_000.0, 4_000.0]
+    assert outcome.peak["accept"].rps == 4_000.0
+    assert outcome.seen.deal_ids == {"deal-r1", "deal-r2", "deal-held"}
+    assert "offer-held" in outcome.seen.pool_offer_ids
+    assert "accept, writer held" in outcome.settings
+
+
+def test_without_a_separate_writer_no_run_is_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fake_wrk(spec: WrkRun, base_url: str, log_dir: Path) -> WrkResult:
+        if spec.out is not None:
+            spec.out.write_text("key-1\toffer-x\t1\n" if "pool" in spec.name else "x\n")
+        return wrk(spec.name, 1_000.0)
+
+    monkeypatch.setattr(throughput, "run_wrk", fake_wrk)
+    outcome = Outcome()
+    Throughput(BenchConfig(rounds=1, wrk_seconds=1.0), "http://unused", tmp_path, outcome).peaks(
+        [replace(target(1, 1), type="moving")]
+    )
+    assert "accept_held" not in outcome.peak
