@@ -10,7 +10,7 @@ import contextvars
 import gc
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 
 import asyncpg
@@ -451,22 +451,31 @@ class Runtime:
         next_clock_sync = time.monotonic() + _CLOCK_SYNC_SECONDS
         while await self.sleep(_BUDGET_REFRESH_SECONDS / SHARDS):
             with contextlib.suppress(RedisError, OSError):
-                mark = self._notes
+                mark = self.budget_mark()
                 fresh = await self.hot.read_budgets(utcnow(), (shard,))
                 for gone in seen[shard].difference(fresh):  # no longer in Redis: unknown
                     self.budgets.pop(gone, None)
-                # A script's answer folded in while this read was on its way may be newer than
-                # the read (another connection): that campaign stays as the answer said.
-                noted = self._noted
-                self.budgets.update(
-                    (cid, budget) for cid, budget in fresh.items() if noted.get(cid, -1) < mark
-                )
+                self.fold_budgets(fresh, mark)
                 seen[shard] = set(fresh)
             shard = (shard + 1) % SHARDS
             if time.monotonic() >= next_clock_sync:  # the answer scripts' deadlines use it
                 next_clock_sync = time.monotonic() + _CLOCK_SYNC_SECONDS
                 with contextlib.suppress(RedisError, OSError):
                     await self.fast.sync_clock()
+
+    def budget_mark(self) -> int:
+        """Taken before reading budgets on another connection than the hot scripts' (the
+        refresh, an admin read): `fold_budgets` then keeps every answer folded in since."""
+        return self._notes
+
+    def fold_budgets(self, fresh: Mapping[str, Budget], mark: int) -> None:
+        """Fold budgets read since `mark` into the local view. A script's answer folded in
+        while the read was on its way (numbered after `mark`) may be newer than the read
+        (another connection): that campaign stays as the answer said."""
+        noted = self._noted
+        self.budgets.update(
+            (cid, budget) for cid, budget in fresh.items() if noted.get(cid, -1) <= mark
+        )
 
     def note_budget(self, campaign_id: str, budget: Budget | None) -> None:
         """Fold a script's answer into the local budget view (today's figures kept as seen).

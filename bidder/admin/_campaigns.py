@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -23,7 +22,7 @@ from litestar.params import FromPath
 
 from bidder.admin._common import audit, json_response, path_uuid, read_body
 from bidder.errors import BadRequest, NotFound, ServiceError
-from bidder.runtime import utcnow
+from bidder.runtime import Runtime, utcnow
 from bidder.web import postgres, runtime_of
 from matching.engine import Budget
 from matching.inventory import MAX_AMOUNT_CENTS, Campaign
@@ -67,13 +66,14 @@ async def with_budget(
     campaign: Campaign,
     *,
     redis_optional: bool = False,
-    note: Callable[[str, Budget | None], None] | None = None,
+    view: Runtime | None = None,
 ) -> dict[str, Any]:
     """What the admin API shows of a campaign: its fields and its live `budget`.
     `redis_optional`: when Redis cannot be read, `budget` is null instead of the error (the
-    answer to a top-up that committed must say it did). `note`: given the budget read (a
-    worker's `Runtime.note_budget`, so its matching sees a top-up at once)."""
+    answer to a top-up that committed must say it did). `view`: the worker whose budget view
+    takes the figures read, so its matching sees a top-up at once."""
     body: dict[str, Any] = msgspec.to_builtins(campaign, builtin_types=(Decimal,))
+    mark = view.budget_mark() if view is not None else 0
     try:
         budgets = await hot.read_budgets(utcnow(), (campaign_shard(campaign.id),))
     except REDIS_DOWN:
@@ -81,10 +81,9 @@ async def with_budget(
             raise
         body["budget"] = None
         return body
-    budget = budgets.get(campaign.id)
-    if note is not None:
-        note(campaign.id, budget)
-    body["budget"] = budget_view(campaign, budget)
+    if view is not None:
+        view.fold_budgets(budgets, mark)  # the campaign's shard, read now
+    body["budget"] = budget_view(campaign, budgets.get(campaign.id))
     return body
 
 
@@ -204,7 +203,7 @@ async def top_up(request: Request[Any, Any, Any], campaign_id: FromPath[str]) ->
     async with postgres(request) as conn:
         done = await apply_top_up(conn, rt.hot, campaign_id, body.add_cents, key)
     # This worker's matching sees the new total now, not at its next budget refresh.
-    shown = await with_budget(rt.hot, done.campaign, redis_optional=True, note=rt.note_budget)
+    shown = await with_budget(rt.hot, done.campaign, redis_optional=True, view=rt)
     response = json_response(shown)
     if done.replayed:
         response.headers["Idempotent-Replayed"] = "true"

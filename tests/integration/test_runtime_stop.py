@@ -14,6 +14,7 @@ import pytest
 from bidder import runtime as runtime_module
 from bidder.runtime import Runtime
 from bidder.settings import Settings
+from matching.engine import Budget
 
 
 async def test_a_loop_that_ignores_its_cancellation_does_not_hold_the_stop(
@@ -88,3 +89,24 @@ async def test_a_connection_never_released_does_not_hold_the_stop(
     assert pool.is_closing()
     with pytest.raises(asyncpg.InterfaceError):  # taken back from its holder
         held.is_closed()
+
+
+async def test_a_budget_read_keeps_the_script_answers_folded_in_while_it_was_on_its_way(
+    settings: Settings,
+) -> None:
+    """The budget view takes a read from another connection (the refresh, a top-up's answer)
+    unless a script answered for that campaign after the read began: that answer may be newer.
+    An answer folded in before the read began is older than the read, and the read wins."""
+    rt = Runtime(settings)  # not started: only its budget view is used
+    try:
+        before = rt.budget_mark()
+        rt.note_budget("c1", Budget(1_000, 100, 0))  # answered while the read was on its way
+        rt.fold_budgets({"c1": Budget(1_000, 0, 0), "c2": Budget(500, 0, 0)}, before)
+        assert rt.budgets["c1"] == Budget(1_000, 100, 0)
+        assert rt.budgets["c2"] == Budget(500, 0, 0)
+        # A read begun after that answer (a top-up, say) is newer than it.
+        after = rt.budget_mark()
+        rt.fold_budgets({"c1": Budget(2_000, 100, 0)}, after)
+        assert rt.budgets["c1"] == Budget(2_000, 100, 0)
+    finally:
+        await rt.stop()
