@@ -25,7 +25,9 @@ GUIDES = {
 
 @get("/docs/{name:str}", sync_to_thread=False)
 def guide(name: FromPath[str]) -> Response[bytes]:
-    file = GUIDES.get(name)
+    # The guides link each other by file name (`api-core.md`), so that the links work in the
+    # checkout too; served here, such a link names the guide with its suffix.
+    file = GUIDES.get(name.removesuffix(".md"))
     if file is None or not (DOCS / file).is_file():
         raise NotFound(f"No guide named {name!r}")
     # Litestar adds `; charset=utf-8` to a text type (given here too, it came out twice).

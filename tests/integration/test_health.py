@@ -371,6 +371,12 @@ async def test_the_deprecation_notice_links_to_guides_that_exist(
         reference = await client.get("/docs/api-openrtb")
         assert reference.text != migration.text
         assert "/docs/migration-openrtb-to-core" in reference.text
+        # The guides' links to each other (`api-core.md`, relative) resolve where they are served.
+        for link in ("api-core.md", "api-openrtb.md", "migration-openrtb-to-core.md"):
+            assert f"]({link})" in migration.text + reference.text, link
+            linked = await client.get(f"/docs/{link}")
+            assert linked.status_code == 200, link
+            assert linked.text == (await client.get(f"/docs/{link[:-3]}")).text
         unknown = await client.get("/docs/../../etc/passwd")
         assert unknown.status_code == 404
         assert (await client.get("/docs/decisions")).status_code == 404
