@@ -236,17 +236,12 @@ def _accept_pool(info: Info, base_url: str, wanted: int) -> Path:
     return requests
 
 
-#: Offers made for each second of an accept run: above any accept rate measured here (7,000 a
-#: second capped the runs of a writer-less accept at 6,990 on 2026-11-27).
-ACCEPT_POOL_RATE = 12_000
-
-
 def measure_one(info: Info, endpoint: str, port: int, seconds: float) -> str:
     script, file = ENDPOINTS[endpoint]
     base_url = f"http://127.0.0.1:{port}"
     data = Path(info.data) / file
     if endpoint == "accept":
-        data = _accept_pool(info, base_url, wanted=int(ACCEPT_POOL_RATE * seconds))
+        data = _accept_pool(info, base_url, wanted=int(throughput.ACCEPT_POOL_RATE * seconds))
     followed = followed_processes(info)
     before = cpu_seconds(followed)
     wrk_before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -232,7 +232,8 @@ class Throughput:
                 spec = WrkRun(f"{key}-r{number}", script, data, seconds, harvest=harvest, out=kept)
                 out.rounds.setdefault(key, []).append(self.run(spec))
             harvested.append(round_lurls.read_text())
-            accepted = self.accept(targets, f"r{number}", out.rounds["offer_request"][-1].rps)
+            offer_rps = out.rounds["offer_request"][-1].rps
+            accepted = self.accept(targets, f"r{number}", offer_rps, seed=2 + number)
             out.rounds.setdefault("accept", []).append(accepted)
         lurls.write_text("".join(harvested))
         for key, runs in out.rounds.items():
@@ -248,29 +249,32 @@ class Throughput:
         assert self.writer is not None
         offer_rps = report.median_run(self.outcome.rounds["offer_request"]).rps
         with self.writer.held():
-            self.outcome.peak["accept_held"] = self.accept(targets, "held", offer_rps)
+            self.outcome.peak["accept_held"] = self.accept(
+                targets, "held", offer_rps, seed=3 + self.cfg.rounds
+            )
         self.outcome.settings["accept, writer held"] = (
             "one more accept run after the rounds with the `bidder writer` stopped (SIGSTOP): "
             "its records wait in the durable queue and are written once it resumes, before "
             "the next phase; the accept target is judged on the rounds' accept"
         )
 
-    def accept(self, targets: list[workload.Target], label: str, offer_rps: float) -> WrkResult:
+    def accept(
+        self, targets: list[workload.Target], label: str, offer_rps: float, *, seed: int
+    ) -> WrkResult:
         """An accept run (`label`: "r<round>", or "held"): a pool of fresh offers (one wrk
-        thread per publisher, so each offer's key is known), then one accept per pooled offer.
-        A pool that came back empty is a run of no accepts (0 req/s, said in the notes), not a
-        run left out."""
+        thread per publisher, so each offer's key is known; `seed` picks its screens), then one
+        accept per pooled offer. A pool that came back empty is a run of no accepts (0 req/s,
+        said in the notes), not a run left out."""
         seconds, out, files = self.cfg.wrk_seconds, self.outcome, self.data
-        number = len(out.rounds.get("accept", [])) + 1
         which = "the held-writer run" if label == "held" else f"round {label[1:]}"
         offer_rps = max(offer_rps, 200.0)
-        wanted = int(min(offer_rps * 2 * seconds, 120_000))
+        wanted = int(min(offer_rps * 2, throughput.ACCEPT_POOL_RATE) * seconds)
         publishers = len({t.publisher_id for t in targets})
         pattern, threads = workload.pool_prep_files(
             files / f"prep-{label}",
             targets,
             per_publisher=max(200, wanted // publishers + 50),
-            seed=2 + number,  # the held run after the last round: a pool of its own
+            seed=seed,
         )
         pool = files / f"pool-{label}.txt"
         prep_seconds = math.ceil(wanted / offer_rps * 1.3) + 2
@@ -311,7 +315,7 @@ class Throughput:
         out.seen.cutoff_allowance += result.connections
         if label != "held":
             out.settings["accept pool"] = (
-                f"{len(accepts):,} fresh offers in round {number}, each accepted once"
+                f"{len(accepts):,} fresh offers in {which}, each accepted once"
                 if self.cfg.rounds == 1
                 else f"a pool of fresh offers per round ({len(accepts):,} in the last), "
                 "each accepted once"

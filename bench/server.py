@@ -205,6 +205,10 @@ class Writer:
     def stop(self) -> None:
         if self.proc is None:
             return
+        # Resumed first: a writer left held (a run interrupted inside `held`) would not act on
+        # SIGTERM and would be killed only after the whole grace period.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGCONT)
         stop_process(self.proc, signal.SIGTERM, 30)
         self.proc = None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -38,3 +40,19 @@ def test_a_held_writer_is_stopped_for_the_block_and_runs_again_after(tmp_path: P
     writer.proc = None
     with writer.held():  # no process: nothing to hold
         pass
+
+
+def test_a_writer_left_held_stops_at_once(tmp_path: Path) -> None:
+    """A run interrupted inside `held` leaves the writer stopped; stopping it must not wait
+    out the grace period of a process that cannot act on SIGTERM."""
+    seeded = server.Seeded("postgresql://unused", "redis://unused", {}, 0.0)
+    writer = server.Writer(seeded, tmp_path / "writer.log")
+    writer.proc = subprocess.Popen(["sleep", "30"])
+    proc = writer.proc
+    os.kill(proc.pid, signal.SIGSTOP)
+    time.sleep(0.05)
+    started = time.monotonic()
+    writer.stop()
+    assert time.monotonic() - started < 5
+    assert proc.poll() is not None
+    assert writer.proc is None
