@@ -4,9 +4,9 @@
 The total lives in Postgres; reserved and spent live in Redis, where the Lua scripts keep them
 exact. A top-up raises the Postgres total and sets the Redis total at once, and folds it into
 this worker's budget view, so the next offer on this worker and the answer to this request
-already see it (the inventory reload writes the same
-value on every worker). A top-up Postgres committed is answered 200 even when Redis then
-fails: it has happened, and the reload brings Redis the total.
+already see it (the inventory reload writes the same value on every worker). A top-up
+Postgres committed is answered 200 even when Redis then fails: it has happened, and the reload
+brings Redis the total.
 """
 
 from __future__ import annotations
