@@ -1,5 +1,6 @@
 """Record writer measurements (issue 5): sustained records/second one writer commits, and the
-drain time after a Postgres outage under load. Writes bench/results/<date>-records.md.
+drain time after a Postgres outage under load. Writes bench/results/<date>-<scenario>-<commit>.md
+(scenario `records` unless `--scenario` says otherwise), headed by its commit, command and settings.
 
     .venv/bin/python -m bench.records_throughput                  # about 2.5 minutes
     .venv/bin/python -m bench.records_throughput --records 6000 --outage 10 --rate 300  # ~40 s
@@ -25,6 +26,7 @@ from pathlib import Path
 import asyncpg
 from redis.asyncio import Redis
 
+from bench.report import report_stem, source_commit
 from bidder.observability import Metrics
 from matching.snapshot import CampaignInfo, build_snapshot
 from store.hot import HotState, connect
@@ -143,16 +145,19 @@ async def measure_outage(
     return depth, lag, drain, written
 
 
-def report(figures: Figures, command: str) -> str:
+def report(figures: Figures, command: str, commit: str) -> str:
     rps = figures.records / figures.seconds
-    return f"""# Record writer: throughput and outage drain ({datetime.now(UTC):%Y-%m-%d})
+    return f"""# Record writer: throughput and outage drain ({datetime.now(UTC):%Y-%m-%d}, {commit})
+
+- commit: `{commit}`
+- command: `{command}`
+- settings: backlog {figures.records} records, Postgres outage {figures.outage_seconds:g} s, \
+load {figures.rate:g} records/s during it, `RECORD_BATCH_SIZE` {figures.batch_size}
 
 Machine: {platform.machine()}, {platform.system()} {platform.release()}, Python
 {platform.python_version()}; the generator, the writer, Valkey and Postgres share the machine
 (2 cores). One writer, `RECORD_BATCH_SIZE` (entries per stream per read) = {figures.batch_size}.
 Valkey: appendonly yes, appendfsync always. Postgres: defaults (fsync on).
-
-Command: `{command}`
 
 | measure | value |
 |---|---|
@@ -205,16 +210,19 @@ def cli() -> None:
     parser.add_argument("--rate", type=float, default=500.0, help="records/s during the outage")
     parser.add_argument("--batch", type=int, default=500, help="entries per stream per read")
     parser.add_argument("--results", type=Path, default=Path("bench/results"))
-    parser.add_argument("--name", default="records")
+    parser.add_argument("--scenario", "--name", dest="scenario", default="records")
     args = parser.parse_args()
+    commit = source_commit()
+    stem = report_stem(datetime.now(UTC).date(), args.scenario, commit)  # refuses a bad scenario
     figures = asyncio.run(main(args))
     args.results.mkdir(parents=True, exist_ok=True)
-    out = args.results / f"{datetime.now(UTC):%Y-%m-%d}-{args.name}.md"
+    out = args.results / f"{stem}.md"
     command = (
         f".venv/bin/python -m bench.records_throughput --records {args.records} "
         f"--outage {args.outage:g} --rate {args.rate:g} --batch {args.batch}"
+        + ("" if args.scenario == "records" else f" --scenario {args.scenario}")
     )
-    out.write_text(report(figures, command))
+    out.write_text(report(figures, command, commit))
     print(f"report: {out}")
 
 

@@ -1,7 +1,12 @@
-"""The bench report: bench/results/<YYYY-MM-DD>-<name>.md plus a PNG chart beside it.
+"""The bench report: bench/results/<YYYY-MM-DD>-<scenario>-<commit>.md plus a PNG chart beside it.
+
+A report identifies itself: its name and its header carry the day, the scenario and the commit
+it measured (`git rev-parse --short HEAD`, with "-dirty" when tracked files differ from it), and
+its header the exact command line and the settings of the run.
 
 `render_markdown` is pure (a RunReport in, text out) so a unit test keeps it honest; the
-machine and version probes and the chart are the only parts that look at the outside world.
+machine, version and commit probes and the chart are the only parts that look at the outside
+world.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import re
 import subprocess
 from dataclasses import dataclass, field
 from datetime import date
@@ -18,6 +24,11 @@ from bench.invariants import Check
 from bench.throughput import WrkResult, ratio
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+PROJECT = RESULTS_DIR.parent.parent
+
+#: A scenario names a report file: lowercase words of letters and digits joined by dashes.
+SCENARIO = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+UNKNOWN_COMMIT = "unknown"
 
 #: (endpoint key, label, minimum share of the ceiling's req/s), issue 6.
 THROUGHPUT_TARGETS: tuple[tuple[str, str, float], ...] = (
@@ -56,8 +67,10 @@ class LocustRow:
 
 @dataclass
 class RunReport:
-    name: str
+    scenario: str
     day: date
+    #: the short commit the run measured, "-dirty" appended when tracked files differed from it
+    commit: str
     command: str
     mode: str
     machine: dict[str, str] = field(default_factory=dict)
@@ -227,17 +240,19 @@ def _mark(met: bool | None) -> str:
 
 def render_markdown(report: RunReport, chart_name: str | None = None) -> str:
     out = [
-        f"# Bench run {report.day.isoformat()} {report.name}",
+        f"# Bench run {report.day.isoformat()} {report.scenario} on {report.commit}",
         "",
-        f"Command: `{report.command}` ({report.mode}).",
-        "",
-        "## Machine and versions",
-        "",
-        *[f"- {k}: {v}" for k, v in {**report.machine, **report.versions}.items()],
+        f"- commit: `{report.commit}`",
+        f"- command: `{report.command}` ({report.mode})",
+        f"- scenario: {report.scenario}",
         "",
         "## Settings",
         "",
         *[f"- {k}: {v}" for k, v in report.settings.items()],
+        "",
+        "## Machine and versions",
+        "",
+        *[f"- {k}: {v}" for k, v in {**report.machine, **report.versions}.items()],
         "",
     ]
     if report.notes:
@@ -325,16 +340,25 @@ def write_chart(report: RunReport, path: Path) -> bool:
     rps_ax.set_xticks(range(len(report.peak)), peak_names, rotation=35, ha="right", fontsize=8)
     rps_ax.set_ylabel("requests per second (peak, one worker)")
     rps_ax.set_title("Throughput (bars: lowest-highest round; dotted: 0.5 and 0.4 of the ceiling)")
-    fig.suptitle(f"Bench {report.day.isoformat()} {report.name}")
+    fig.suptitle(f"Bench {report.day.isoformat()} {report.scenario} on {report.commit}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
 
 
+def report_stem(day: date, scenario: str, commit: str) -> str:
+    """`<YYYY-MM-DD>-<scenario>-<short commit>`: a report's file name without its extension."""
+    if not SCENARIO.fullmatch(scenario):
+        raise ValueError(
+            f"scenario {scenario!r}: lowercase letters and digits, words joined by dashes"
+        )
+    return f"{day.isoformat()}-{scenario}-{commit}"
+
+
 def write_report(report: RunReport, folder: Path = RESULTS_DIR) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    stem = f"{report.day.isoformat()}-{report.name}"
+    stem = report_stem(report.day, report.scenario, report.commit)
     chart = folder / f"{stem}.png"
     drawn = write_chart(report, chart)
     path = folder / f"{stem}.md"
@@ -343,6 +367,25 @@ def write_report(report: RunReport, folder: Path = RESULTS_DIR) -> Path:
 
 
 # -- probes ------------------------------------------------------------------------------------
+
+
+def _git(folder: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def source_commit(folder: Path = PROJECT) -> str:
+    """The short commit of the checkout at `folder`, "-dirty" appended when a tracked file
+    differs from it (untracked files, such as new reports, do not count); "unknown" outside a
+    git checkout or without git."""
+    try:
+        head = _git(folder, "rev-parse", "--short", "HEAD")
+        changed = _git(folder, "status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        return UNKNOWN_COMMIT
+    if not head:
+        return UNKNOWN_COMMIT
+    return f"{head}-dirty" if changed else head
 
 
 def machine() -> dict[str, str]:

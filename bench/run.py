@@ -16,7 +16,8 @@ Phases, one at a time (the machine has two cores: the worker on CPU 0, the load 
 5. Worker RSS; invariants once the record queue has drained.
 6. The small variant (20 campaigns, same screens) in its own database: bid peak and bid paced
    at the same rate as the full inventory's paced bid, to compare p50.
-7. bench/results/<date>-<name>.md and .png.
+7. bench/results/<date>-<scenario>-<commit>.md and .png: the commit measured (taken when the
+   run starts), the command line and the settings head the report.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 
 @dataclass
 class BenchConfig:
-    name: str = "bench"
+    scenario: str = "full"
     quick: bool = False
     skip_wrk: bool = False
     skip_locust: bool = False
@@ -65,13 +66,13 @@ class BenchConfig:
     command: str = "python -m bench"
     # The record writer as its own process on CPU 1 (production's layout: RECORD_WRITER=0 in
     # the web workers, `bidder writer` processes beside them); `--writer in-worker` for the
-    # worker's own writer. docs/performance.md, "Session of 2026-11-23 late night".
+    # worker's own writer. docs/performance.md, "What was tried".
     separate_writer: bool = True
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> BenchConfig:
         cfg = cls(
-            name=args.name or ("quick" if args.quick else "full"),
+            scenario=args.scenario or ("quick" if args.quick else "full"),
             quick=args.quick,
             skip_wrk=args.skip_wrk,
             skip_locust=args.skip_locust,
@@ -98,7 +99,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-wrk", action="store_true", help="no throughput runs")
     parser.add_argument("--skip-locust", action="store_true", help="no Locust scenarios")
     parser.add_argument("--skip-small", action="store_true", help="no 20-campaign comparison")
-    parser.add_argument("--name", default="", help="report name (default: full or quick)")
+    parser.add_argument(
+        "--scenario",
+        "--name",
+        dest="scenario",
+        type=_scenario,
+        default=None,
+        help="the scenario, in the report's name <date>-<scenario>-<commit> (default: full, "
+        "or quick with --quick); lowercase letters and digits, words joined by dashes",
+    )
     parser.add_argument("--wrk-seconds", type=float, default=0.0, help="seconds per wrk run")
     parser.add_argument(
         "--rounds",
@@ -118,6 +127,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--root", default=str(ROOT), help="working folder (servers, data)")
     parser.add_argument("--results", default=str(report.RESULTS_DIR), help="report folder")
+
+
+def _scenario(text: str) -> str:
+    if not report.SCENARIO.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: lowercase letters and digits, words joined by dashes (e.g. full-held)"
+        )
+    return text
 
 
 def _at_least_one(text: str) -> int:
@@ -643,6 +660,9 @@ def missing_dev_tools() -> list[str]:
 
 def bench(cfg: BenchConfig) -> int:
     started = time.monotonic()
+    # The tree the worker imports when it starts is the one measured; a commit made during the
+    # run does not change what the report describes.
+    commit = report.source_commit(PROJECT)
     missing = missing_dev_tools()
     if missing:
         # Said before minutes of seeding and load, not as an ImportError at the end.
@@ -672,7 +692,7 @@ def bench(cfg: BenchConfig) -> int:
             small_variant(cfg, backends, small, seeded.keys, comparable, outcome)
     finally:
         backends.stop()
-    path = write(cfg, doc, outcome, checks)
+    path = write(cfg, doc, outcome, checks, commit)
     for check in checks:
         log(f"{'ok    ' if check.ok else 'FAILED'} {check.name}: {check.detail}")
     log(f"report: {path} ({time.monotonic() - started:.0f} s)")
@@ -684,16 +704,19 @@ def write(
     doc: InventoryDocument,
     outcome: Outcome,
     checks: list[invariants.Check],
+    commit: str,
 ) -> Path:
     rss = outcome.rss_kib
     run = report.RunReport(
-        name=cfg.name,
+        scenario=cfg.scenario,
         day=datetime.now(UTC).date(),
+        commit=commit,
         command=cfg.command,
         mode="quick smoke run" if cfg.quick else "full run",
         machine=report.machine(),
         versions={**report.package_versions(), **outcome.versions},
         settings={
+            **run_settings(cfg, outcome),
             "inventory": f"{len(doc.publishers)} publishers, {len(doc.screens):,} screens, "
             f"{len(doc.campaigns):,} campaigns, {len(doc.creatives):,} creatives "
             f"(bench/seed.py, seed {seed.FULL_SEED})",
@@ -726,6 +749,27 @@ def write(
         notes=outcome.notes,
     )
     return report.write_report(run, cfg.results)
+
+
+def run_settings(cfg: BenchConfig, outcome: Outcome) -> dict[str, str]:
+    """What a rerun needs besides the command: rounds, writer, durations, users and the paced
+    rates the run chose (half the measured peaks)."""
+    found = {
+        "rounds": str(cfg.rounds),
+        "writer": "separate" if cfg.separate_writer else "in-worker",
+        "wrk seconds per run": f"{cfg.wrk_seconds:g}",
+        "Locust": f"{cfg.locust_users} users, {cfg.locust_seconds} s"
+        if not cfg.skip_locust
+        else "skipped",
+        "20-campaign comparison": "skipped" if cfg.skip_small or cfg.skip_wrk else "run",
+    }
+    rates = [
+        f"{key} {result.target_rps:,.0f} req/s"
+        for key, result in outcome.paced.items()
+        if result.target_rps
+    ]
+    found["paced rates"] = ", ".join(rates) if rates else "none"
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

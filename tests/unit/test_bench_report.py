@@ -3,12 +3,22 @@ shape checks the Locust scenarios apply."""
 
 from __future__ import annotations
 
+import subprocess
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
+
 from bench.invariants import CampaignBudget, Check, budget_checks
-from bench.report import RunReport, render_markdown, targets, write_report
+from bench.report import (
+    RunReport,
+    render_markdown,
+    report_stem,
+    source_commit,
+    targets,
+    write_report,
+)
 from bench.shapes import accept_problem, bid_problem, impression_url, offer_problem
 from bench.throughput import WrkResult
 
@@ -31,8 +41,9 @@ def wrk(name: str, rps: float, p50: float = 1.0, p99: float = 3.0) -> WrkResult:
 
 def sample() -> RunReport:
     return RunReport(
-        name="unit",
+        scenario="unit",
         day=date(2025, 1, 2),
+        commit="abc1234",
         command="python -m bench --quick",
         mode="quick smoke run",
         peak={
@@ -67,14 +78,14 @@ def test_targets_follow_issue_6_thresholds() -> None:
 
 
 def test_unmeasured_targets_say_so() -> None:
-    empty = RunReport(name="x", day=date(2025, 1, 2), command="c", mode="m")
+    empty = RunReport(scenario="x", day=date(2025, 1, 2), commit="abc1234", command="c", mode="m")
     assert all(t.met is None for t in targets(empty))
     assert "Not measured." in render_markdown(empty)
 
 
 def test_markdown_has_the_table_ratios_and_verdicts() -> None:
     text = render_markdown(sample(), "chart.png")
-    assert text.startswith("# Bench run 2025-01-02 unit")
+    assert text.startswith("# Bench run 2025-01-02 unit on abc1234")
     assert "| POST OpenRTB bid | 4,900 | 0.49 |" in text
     assert "| GET /healthz (ceiling) | 10,000 | 1.00 |" in text
     assert "| bid throughput | >= 0.50 of the ceiling | 0.490 | NOT met |" in text
@@ -91,9 +102,59 @@ def test_a_ratio_just_under_its_target_does_not_read_as_met() -> None:
 
 def test_write_report_makes_markdown_and_png(tmp_path: Path) -> None:
     path = write_report(sample(), tmp_path)
-    assert path.name == "2025-01-02-unit.md"
-    png = tmp_path / "2025-01-02-unit.png"
+    assert path.name == "2025-01-02-unit-abc1234.md"
+    png = tmp_path / "2025-01-02-unit-abc1234.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_header_names_the_commit_the_command_and_the_settings() -> None:
+    report = sample()
+    report.settings = {"rounds": "3", "writer": "separate", "wrk seconds per run": "10"}
+    head = render_markdown(report).split("## Peak throughput")[0]
+    assert "- commit: `abc1234`" in head
+    assert "- command: `python -m bench --quick` (quick smoke run)" in head
+    assert "- scenario: unit" in head
+    for line in ("- rounds: 3", "- writer: separate", "- wrk seconds per run: 10"):
+        assert line in head
+
+
+def test_a_report_is_named_date_scenario_commit() -> None:
+    assert report_stem(date(2026, 11, 27), "full", "dcde867") == "2026-11-27-full-dcde867"
+    assert report_stem(date(2026, 1, 5), "full-held", "1a2b3c4-dirty") == (
+        "2026-01-05-full-held-1a2b3c4-dirty"
+    )
+    for bad in ("", "Full", "a b", "../x", "full-", "a/b"):
+        with pytest.raises(ValueError, match="words joined by dashes"):
+            report_stem(date(2026, 1, 5), bad, "1a2b3c4")
+
+
+def git(folder: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def test_the_commit_is_the_short_head_and_dirty_when_a_tracked_file_differs(
+    tmp_path: Path,
+) -> None:
+    git(tmp_path, "init", "-q")
+    (tmp_path / "a.txt").write_text("one\n")
+    git(tmp_path, "add", "a.txt")
+    git(tmp_path, "commit", "-q", "-m", "one")
+    head = git(tmp_path, "rev-parse", "--short", "HEAD")
+    assert source_commit(tmp_path) == head
+    (tmp_path / "new-report.md").write_text("untracked\n")
+    assert source_commit(tmp_path) == head  # an untracked file is not a change to the code
+    (tmp_path / "a.txt").write_text("two\n")
+    assert source_commit(tmp_path) == f"{head}-dirty"
+
+
+def test_outside_a_checkout_the_commit_is_unknown(tmp_path: Path) -> None:
+    assert source_commit(tmp_path) == "unknown"
 
 
 def test_budget_checks_find_each_kind_of_imbalance() -> None:

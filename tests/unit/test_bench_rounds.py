@@ -84,8 +84,9 @@ def three_rounds() -> RunReport:
         "bid": [wrk("b1", 4_000, p50=1.5), wrk("b2", 4_400, p50=2.5), wrk("b3", 6_000, p50=3.5)],
     }
     return RunReport(
-        name="unit",
+        scenario="unit",
         day=date(2025, 1, 2),
+        commit="abc1234",
         command="python -m bench",
         mode="full run",
         peak={
@@ -159,8 +160,8 @@ def test_no_rounds_no_section() -> None:
 
 def test_chart_draws_with_rounds(tmp_path: Path) -> None:
     path = write_report(three_rounds(), tmp_path)
-    assert (tmp_path / "2025-01-02-unit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "![latency and throughput per endpoint](2025-01-02-unit.png)" in path.read_text()
+    assert (tmp_path / "2025-01-02-unit-abc1234.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![latency and throughput per endpoint](2025-01-02-unit-abc1234.png)" in path.read_text()
 
 
 # -- --rounds ----------------------------------------------------------------------------------
