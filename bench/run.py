@@ -637,8 +637,8 @@ def full_inventory(
             quiesce(seeded.redis_url)
             runner.paced(comparable)
         if not cfg.skip_locust:
-            # The offer pools grew the AOF: an automatic rewrite ending inside the Locust run
-            # stalled Redis ~230 ms on this VM's disk (503s in the 23:32 run of 2026-11-23).
+            # The offer pools grow the AOF: an automatic rewrite ending inside the Locust run
+            # stalls Redis ~230 ms on this VM's disk, and the calls in flight get 503.
             quiesce(seeded.redis_url)
             run_locust(cfg, worker.base_url, data, seeded.keys, targets, outcome)
         sizes = worker.rss_kib()

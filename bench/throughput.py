@@ -31,8 +31,8 @@ WRK_DIR = Path(__file__).resolve().parent / "wrk"
 PEAK_CONNECTIONS = 32
 PACED_CONNECTIONS = 16
 #: Fresh offers an accept run may take, for each of its seconds: above any accept rate measured
-#: here (7,000 a second capped a writer-less harness run at 6,990 on 2026-11-27; the bench's
-#: accept with the record writer held ran at 9,336).
+#: here (7,000 a second caps a writer-less harness run at 6,990; the bench's accept with the
+#: record writer held runs at about 9,300).
 ACCEPT_POOL_RATE = 12_000
 
 CORE = "/functions/v1/api"
