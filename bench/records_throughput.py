@@ -26,7 +26,7 @@ from pathlib import Path
 import asyncpg
 from redis.asyncio import Redis
 
-from bench.report import report_stem, source_commit
+from bench.report import report_stem, scenario_argument, source_commit
 from bidder.observability import Metrics
 from matching.snapshot import CampaignInfo, build_snapshot
 from store.hot import HotState, connect
@@ -210,10 +210,17 @@ def cli() -> None:
     parser.add_argument("--rate", type=float, default=500.0, help="records/s during the outage")
     parser.add_argument("--batch", type=int, default=500, help="entries per stream per read")
     parser.add_argument("--results", type=Path, default=Path("bench/results"))
-    parser.add_argument("--scenario", "--name", dest="scenario", default="records")
+    parser.add_argument(
+        "--scenario",
+        "--name",
+        dest="scenario",
+        type=scenario_argument,
+        default="records",
+        help="the scenario, in the report's name <date>-<scenario>-<commit> (default: records)",
+    )
     args = parser.parse_args()
     commit = source_commit()
-    stem = report_stem(datetime.now(UTC).date(), args.scenario, commit)  # refuses a bad scenario
+    stem = report_stem(datetime.now(UTC).date(), args.scenario, commit)
     figures = asyncio.run(main(args))
     args.results.mkdir(parents=True, exist_ok=True)
     out = args.results / f"{stem}.md"

@@ -11,6 +11,7 @@ world.
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import os
 import platform
@@ -345,6 +346,15 @@ def write_chart(report: RunReport, path: Path) -> bool:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def scenario_argument(text: str) -> str:
+    """The `--scenario` option's type: a name that can stand in a report's file name."""
+    if not SCENARIO.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: lowercase letters and digits, words joined by dashes (e.g. full-held)"
+        )
+    return text
 
 
 def report_stem(day: date, scenario: str, commit: str) -> str:

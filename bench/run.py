@@ -103,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scenario",
         "--name",
         dest="scenario",
-        type=_scenario,
+        type=report.scenario_argument,
         default=None,
         help="the scenario, in the report's name <date>-<scenario>-<commit> (default: full, "
         "or quick with --quick); lowercase letters and digits, words joined by dashes",
@@ -127,14 +127,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--root", default=str(ROOT), help="working folder (servers, data)")
     parser.add_argument("--results", default=str(report.RESULTS_DIR), help="report folder")
-
-
-def _scenario(text: str) -> str:
-    if not report.SCENARIO.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: lowercase letters and digits, words joined by dashes (e.g. full-held)"
-        )
-    return text
 
 
 def _at_least_one(text: str) -> int:

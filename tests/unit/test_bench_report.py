@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import records_throughput
 from bench.invariants import CampaignBudget, Check, budget_checks
 from bench.report import (
     RunReport,
@@ -220,3 +221,24 @@ def test_impression_url_is_unescaped_and_substituted() -> None:
         "/functions/v1/track?offer_id=o&event=impression&price=1&aud=2&token=t"
     )
     assert impression_url("<not xml", 1, 2) is None
+
+
+def test_the_records_report_is_headed_by_its_commit_command_and_settings() -> None:
+    figures = records_throughput.Figures(
+        records=30_000,
+        seconds=3.71,
+        batch_size=500,
+        outage_seconds=60.0,
+        rate=500.0,
+        depth_at_restart=28_176,
+        lag_at_restart=60.4,
+        drain_seconds=7.95,
+        written_during_drain=30_512,
+    )
+    command = ".venv/bin/python -m bench.records_throughput --records 30000"
+    head = records_throughput.report(figures, command, "abc1234").split("| measure |")[0]
+    assert head.startswith("# Record writer: throughput and outage drain (")
+    assert "- commit: `abc1234`" in head
+    assert f"- command: `{command}`" in head
+    assert "backlog 30000 records, Postgres outage 60 s, load 500 records/s" in head
+    assert "`RECORD_BATCH_SIZE` 500" in head
