@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import importlib
 import importlib.util
+import logging
 import os
 import shutil
 import socket
@@ -19,6 +20,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 import msgspec
 from granian import Granian
@@ -54,6 +56,10 @@ from store.inventory_repo import (
     export_document,
 )
 from store.postgres import Conn, migrate
+
+log = logging.getLogger("bidder.cli")
+#: Host names of this machine's loopback, where no proxy is assumed in front of the service.
+_LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 
 EXIT_REFUSED = 1
 EXIT_SETTINGS = 2
@@ -101,10 +107,37 @@ def ensure_port_free(host: str, port: int) -> None:
             ) from None
 
 
+def warn_public_port(settings: Settings, port: int) -> None:
+    """One warning line at start when PUBLIC_BASE_URL names another port than the one served:
+    the signed loss-notice URLs and the tracking URLs the service hands out are built on it,
+    so they would reach another program (or nothing). A URL without a port on a host other
+    than this one's loopback is taken to be a proxy's on 80 or 443, and is not warned about."""
+    public = urlsplit(settings.public_base_url)
+    try:
+        named = public.port
+    except ValueError:  # not a port number: the URLs are broken anyway, and say so themselves
+        return
+    if named is None:
+        if public.hostname not in _LOOPBACK_NAMES:
+            return
+        named = 443 if public.scheme == "https" else 80
+    if named != port:
+        log.warning(
+            "PUBLIC_BASE_URL %s names port %d but the service listens on port %d: signed "
+            "loss-notice and tracking URLs point elsewhere (unless a proxy forwards port %d)",
+            settings.public_base_url,
+            named,
+            port,
+            named,
+            extra={"public_base_url": settings.public_base_url, "public_port": named, "port": port},
+        )
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     settings = command_settings(secrets=True)
     workers = args.workers or os.cpu_count() or 1
     ensure_port_free(args.host, args.port)  # before touching anything a running one uses
+    warn_public_port(settings, args.port)
     shared = _share_metrics() if workers > 1 or multiprocess_dir() else None
     try:
         serve(args.host, args.port, workers, log_level=settings.log_level)

@@ -12,10 +12,11 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 import asyncpg
+import msgspec
 
 from bidder.admin import (
     apply_top_up,
@@ -23,6 +24,7 @@ from bidder.admin import (
     deal_view,
     load_campaign,
     offer_view,
+    read_top_up,
     with_budget,
 )
 from bidder.cli_common import (
@@ -33,7 +35,8 @@ from bidder.cli_common import (
     with_connection,
 )
 from bidder.errors import ServiceError
-from store.hot import HotState, connect
+from matching.inventory import Campaign
+from store.hot import REDIS_DOWN, HotState, connect
 from store.postgres import Conn
 
 View = Callable[[Conn, HotState], Awaitable[Any]]
@@ -70,21 +73,46 @@ def _run(view: View) -> int:
     return 0
 
 
+def _redis_down(exc: BaseException) -> str:
+    return f"cannot reach Redis at REDIS_URL ({type(exc).__name__}: {exc})"
+
+
+async def _live(hot: HotState, campaign: Campaign) -> dict[str, Any]:
+    """The campaign with its live budget. Unlike the admin API, which answers `budget` null
+    when Redis cannot be read, a command fails (exit 1): a script reading `budget` must not
+    take a null for an answer."""
+    try:
+        return await with_budget(hot, campaign)
+    except REDIS_DOWN as exc:
+        raise CommandFailed(
+            f"{_redis_down(exc)}: the campaign's live budget is kept there"
+        ) from None
+
+
 def _campaign_show(args: argparse.Namespace) -> int:
     async def view(conn: Conn, hot: HotState) -> Any:
-        return await with_budget(
-            hot, await load_campaign(conn, args.campaign_id), redis_optional=True
-        )
+        return await _live(hot, await load_campaign(conn, args.campaign_id))
 
     return _run(view)
 
 
 def _campaign_top_up(args: argparse.Namespace) -> int:
     async def view(conn: Conn, hot: HotState) -> Any:
+        try:  # before the change: a Redis known to be down adds nothing and says so
+            await hot.redis.ping()
+        except REDIS_DOWN as exc:
+            raise CommandFailed(f"{_redis_down(exc)}; nothing was added") from None
         done = await apply_top_up(conn, hot, args.campaign_id, args.add_cents, args.key)
         if done.replayed:
             print("this idempotency key's top-up was already done: nothing added", file=sys.stderr)
-        return await with_budget(hot, done.campaign, redis_optional=True)
+        try:
+            return await with_budget(hot, done.campaign)
+        except REDIS_DOWN as exc:  # failed after the commit: the money is added, say so
+            raise CommandFailed(
+                f"the top-up is committed (total budget now {done.campaign.budget_cents} "
+                f"cents; do not run it again), but {_redis_down(exc)}: its live budget "
+                "follows when Redis answers"
+            ) from None
 
     return _run(view)
 
@@ -111,10 +139,12 @@ def _idempotency_key(value: str) -> str:
 
 
 def _cents(value: str) -> Decimal:
+    """The amount as the admin API reads `{"add_cents": "VALUE"}`: the same function, so the
+    same values are refused with the same words."""
     try:
-        return Decimal(value)
-    except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"not a decimal amount of cents: {value!r}") from None
+        return read_top_up(msgspec.json.encode({"add_cents": value}))
+    except ServiceError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def register(subparsers: Any) -> None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import secrets
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 from bidder.auth import hash_key, new_api_key
+from bidder.cli_common import CommandFailed
 from bidder.demo import (
     EXAMPLE_AUDIENCE,
     EXAMPLE_EXTERNAL_ID,
@@ -25,12 +28,14 @@ from bidder.demo import (
     FIZZY_SUMMER,
     demo_document,
 )
+from bidder.observability import configure_logging
 from bidder.settings import Settings, load_settings
 from store.inventory_repo import create_api_key, import_document
-from store.local_servers import LocalServerError, LocalServers
+from store.local_servers import LocalServerError, LocalServers, ServersInUse
 from store.postgres import CONNECT_ERRORS, Conn, create_pool, describe_connect_error, migrate
 
 DEV_FOLDER = Path(".run/dev")
+log = logging.getLogger("bidder.dev")
 
 
 def _load_state(path: Path) -> dict[str, Any]:
@@ -47,21 +52,74 @@ def _save_state(path: Path, state: dict[str, Any]) -> None:
     path.chmod(0o600)  # holds the dev admin token and the demo key
 
 
-def _start_servers(folder: Path, state: dict[str, Any]) -> LocalServers:
-    """Local servers on the ports of the previous run; on fresh ports when those are taken."""
-    local = LocalServers(folder)
+def _start_servers(local: LocalServers, state: dict[str, Any]) -> None:
+    """Local servers on the ports of the previous run; on fresh ports when those are taken.
+    `local` is claimed already: no other process runs servers of the folder."""
     try:
         local.start(redis_port=state.get("redis_port"), postgres_port=state.get("postgres_port"))
     except LocalServerError:
         if not state.get("redis_port"):
             raise
         print("dev: the previous ports are taken; starting on new ones", file=sys.stderr)
-        local.stop()
+        local.stop(release=False)
         local.start()
     assert local.redis is not None
     assert local.postgres is not None
     state["redis_port"], state["postgres_port"] = local.redis.port, local.postgres.port
-    return local
+
+
+def _claim(local: LocalServers) -> None:
+    """The folder's servers for this run alone; a second `bidder dev` in the same checkout is
+    refused in one line, before it touches anything of the first."""
+    try:
+        local.claim()
+    except ServersInUse as exc:
+        who = f"pid {exc.holder}" if exc.holder else "another process"
+        raise CommandFailed(
+            f"dev: another `bidder dev` ({who}) runs the Redis and Postgres of {DEV_FOLDER}/ "
+            "in this checkout; use it (the URLs and key it printed) or stop it (Ctrl-C) first"
+        ) from None
+
+
+class ServerWatch:
+    """Watches the servers `bidder dev` started, from a thread of its own: one that exits
+    underneath the service (killed, crashed) is said at once in the log, naming the server,
+    its pid and its exit code; the service's own requests then fail on it."""
+
+    def __init__(self, local: LocalServers, interval: float = 0.5) -> None:
+        self._procs = {
+            name: server.proc
+            for name, server in (("redis", local.redis), ("postgres", local.postgres))
+            if server is not None and server.proc is not None
+        }
+        self._interval = interval
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dev-server-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Before the servers are stopped on purpose: their exit then is no news."""
+        self._stopping.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self._interval):
+            for name, proc in list(self._procs.items()):
+                code = proc.poll()
+                if code is None or self._stopping.is_set():
+                    continue
+                del self._procs[name]
+                how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+                log.error(
+                    "%s (pid %d) exited underneath bidder dev (%s): the service cannot reach "
+                    "it; stop bidder dev (Ctrl-C) and start it again",
+                    name,
+                    proc.pid,
+                    how,
+                    extra={"server": name, "pid": proc.pid, "returncode": code},
+                )
 
 
 def _dev_environment(state: dict[str, Any], port: int) -> None:
@@ -162,26 +220,53 @@ def examples(base: str, api_key: str, admin_token: str) -> str:
 """
 
 
+def _print_start(base: str, api_key: str, settings: Settings, local: LocalServers | None) -> None:
+    print(f"\nbidder dev: serving {base} (Ctrl-C stops everything)")
+    print(f"demo API key (publisher Metro Transit Media): {api_key}")
+    print(f"admin token: {settings.admin_token}")
+    if local is not None:  # what the `bidder` commands need to reach the servers dev started
+        assert local.redis is not None
+        assert local.postgres is not None
+        started = [
+            f"{name}={url}"
+            for name, url, local_url in (
+                ("REDIS_URL", settings.redis_url, local.redis.url),
+                ("DATABASE_URL", settings.database_url, local.postgres.url),
+            )
+            if url == local_url  # never an operator's own URL, which may hold a password
+        ]
+        print("  ".join(started))
+    print(examples(base, api_key, settings.admin_token), flush=True)
+
+
 def run_dev(port: int, *, reset_demo: bool = False) -> int:
     """Prepare everything, serve until Ctrl-C, then stop the local servers cleanly."""
-    from bidder.cli import ensure_port_free, serve  # noqa: PLC0415 - cli imports this lazily
-    from bidder.cli_common import CommandFailed  # noqa: PLC0415
+    from bidder.cli import ensure_port_free, serve, warn_public_port  # noqa: PLC0415 - lazily
 
-    ensure_port_free("127.0.0.1", port)  # before starting anything: say so at once
-    DEV_FOLDER.mkdir(parents=True, exist_ok=True)
-    state_file = DEV_FOLDER / "dev.json"
-    state = _load_state(state_file)
     local: LocalServers | None = None
+    if not (os.environ.get("REDIS_URL") and os.environ.get("DATABASE_URL")):
+        local = LocalServers(DEV_FOLDER)
+        _claim(local)  # before anything else: a second run touches nothing of the first
+    watch: ServerWatch | None = None
     try:
-        if not (os.environ.get("REDIS_URL") and os.environ.get("DATABASE_URL")):
+        ensure_port_free("127.0.0.1", port)  # before starting anything: say so at once
+        DEV_FOLDER.mkdir(parents=True, exist_ok=True)
+        state_file = DEV_FOLDER / "dev.json"
+        state = _load_state(state_file)
+        if local is not None:
             print(f"dev: starting Redis and Postgres in {DEV_FOLDER}/ ...", file=sys.stderr)
-            local = _start_servers(DEV_FOLDER, state)
+            _start_servers(local, state)
             assert local.redis is not None
             assert local.postgres is not None
             os.environ.setdefault("REDIS_URL", local.redis.url)
             os.environ.setdefault("DATABASE_URL", local.postgres.url)
         _dev_environment(state, port)
         settings = load_settings()
+        configure_logging(settings.log_level)  # the service's JSON lines, for the watch's
+        if local is not None:
+            watch = ServerWatch(local)
+            watch.start()
+        warn_public_port(settings, port)
         try:
             api_key = asyncio.run(_prepare(settings, state, reset_demo=reset_demo))
         except CONNECT_ERRORS as exc:
@@ -190,26 +275,13 @@ def run_dev(port: int, *, reset_demo: bool = False) -> int:
             ) from None
         state["api_key"] = api_key
         _save_state(state_file, state)
-        base = f"http://127.0.0.1:{port}"
-        print(f"\nbidder dev: serving {base} (Ctrl-C stops everything)")
-        print(f"demo API key (publisher Metro Transit Media): {api_key}")
-        print(f"admin token: {settings.admin_token}")
-        if local is not None:  # what the `bidder` commands need to reach the servers dev started
-            assert local.redis is not None
-            assert local.postgres is not None
-            started = [
-                f"{name}={url}"
-                for name, url, local_url in (
-                    ("REDIS_URL", settings.redis_url, local.redis.url),
-                    ("DATABASE_URL", settings.database_url, local.postgres.url),
-                )
-                if url == local_url  # never an operator's own URL, which may hold a password
-            ]
-            print("  ".join(started))
-        print(examples(base, api_key, settings.admin_token), flush=True)
+        _print_start(f"http://127.0.0.1:{port}", api_key, settings, local)
         serve("127.0.0.1", port, 1, log_level=settings.log_level)
     finally:
+        if watch is not None:
+            watch.stop()
         if local is not None:
-            print("dev: stopping Redis and Postgres", file=sys.stderr)
-            local.stop()
+            if local.redis is not None:
+                print("dev: stopping Redis and Postgres", file=sys.stderr)
+            local.stop()  # the servers this run started, if any, and the folder's lock
     return 0

@@ -110,6 +110,7 @@ class Runtime:
         self.started_at = time.monotonic()
         self.last_postgres_error: str | None = None
         self._logged_failure: str | None = None  # the reload failure the log last reported
+        self._redis_failing = False  # the log said Redis is unreachable, and not yet back
         self._keeping_reloads = 0  # reloads in a row whose sync left a top-up's total alone
         self._tasks: list[asyncio.Task[None]] = []
         self._postgres_probe: asyncio.Task[str] | None = None
@@ -450,18 +451,35 @@ class Runtime:
         seen: list[set[str]] = [set() for _ in range(SHARDS)]  # campaign ids per shard
         next_clock_sync = time.monotonic() + _CLOCK_SYNC_SECONDS
         while await self.sleep(_BUDGET_REFRESH_SECONDS / SHARDS):
-            with contextlib.suppress(RedisError, OSError):
+            try:
                 mark = self.budget_mark()
                 fresh = await self.hot.read_budgets(utcnow(), (shard,))
                 for gone in seen[shard].difference(fresh):  # no longer in Redis: unknown
                     self.budgets.pop(gone, None)
                 self.fold_budgets(fresh, mark)
                 seen[shard] = set(fresh)
+                self._note_redis_failure(None)
+            except (RedisError, OSError) as exc:
+                self._note_redis_failure(exc)
             shard = (shard + 1) % SHARDS
             if time.monotonic() >= next_clock_sync:  # the answer scripts' deadlines use it
                 next_clock_sync = time.monotonic() + _CLOCK_SYNC_SECONDS
                 with contextlib.suppress(RedisError, OSError):
                     await self.fast.sync_clock()
+
+    def _note_redis_failure(self, exc: BaseException | None) -> None:
+        """Say in the log when Redis stops answering this worker's budget refresh (every
+        second) and when it answers again, once each: an operator sees why requests fail."""
+        if (exc is not None) == self._redis_failing:
+            return
+        self._redis_failing = exc is not None
+        if exc is not None:
+            log.error(
+                "Redis unreachable: the Core API answers 503 and bids are no-bids until it answers",
+                extra={"error": f"{type(exc).__name__}: {exc}"},
+            )
+        else:
+            log.info("Redis reachable again")
 
     def budget_mark(self) -> int:
         """Taken before reading budgets on another connection than the hot scripts' (the

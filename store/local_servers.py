@@ -10,6 +10,7 @@ by and run as the unprivileged `nobody` user.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib.util
 import os
 import pwd
@@ -18,7 +19,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _UNPRIVILEGED_USER = "nobody"
@@ -27,6 +28,20 @@ _START_TIMEOUT_S = 60.0
 
 class LocalServerError(RuntimeError):
     """A local server could not be found or started."""
+
+
+class ServersInUse(LocalServerError):
+    """Another process runs the servers of this folder: it holds the folder's lock."""
+
+    def __init__(self, root: Path, holder: int | None) -> None:
+        self.root, self.holder = root, holder
+        who = f"pid {holder}" if holder else "another process"
+        super().__init__(f"the servers of {root} are run by {who}")
+
+
+#: The lock file that the process running a folder's servers holds (fcntl.flock) until it
+#: stops them; it holds that process's pid.
+LOCK_FILE = "servers.lock"
 
 
 def free_port() -> int:
@@ -368,15 +383,37 @@ class PostgresServer:
 
 @dataclass
 class LocalServers:
-    """Both servers under one folder; ports are remembered so a second run reuses the data."""
+    """Both servers under one folder; ports are remembered so a second run reuses the data.
+
+    The process that starts them holds the folder's lock (`claim`) until `stop`: another
+    process is refused (ServersInUse) before it touches anything, so it never stops, or takes
+    over, servers it did not start. The kernel drops the lock when its holder dies, so a run
+    that was killed leaves servers the next run may stop (their own session keeps them up)."""
 
     root: Path
     redis: RedisServer | None = None
     postgres: PostgresServer | None = None
+    _lock: int | None = field(default=None, repr=False)
 
-    def start(self, *, redis_port: int | None = None, postgres_port: int | None = None) -> None:
+    def claim(self) -> None:
+        """Take the folder's lock, or raise ServersInUse naming the holder's pid."""
+        if self._lock is not None:
+            return
         self.root = self.root.resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            said = os.read(fd, 32).decode(errors="replace").strip()
+            os.close(fd)
+            raise ServersInUse(self.root, int(said) if said.isdigit() else None) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock = fd
+
+    def start(self, *, redis_port: int | None = None, postgres_port: int | None = None) -> None:
+        self.claim()
         self.redis = RedisServer(self.root / "redis", redis_port or free_port())
         self.postgres = PostgresServer(self.root / "postgres", postgres_port or free_port())
         self.redis.start()
@@ -386,8 +423,12 @@ class LocalServers:
             self.redis.stop()
             raise
 
-    def stop(self) -> None:
+    def stop(self, *, release: bool = True) -> None:
+        """Stop both servers; `release`: also give up the folder's lock."""
         if self.postgres:
             self.postgres.stop()
         if self.redis:
             self.redis.stop()
+        if release and self._lock is not None:
+            os.close(self._lock)
+            self._lock = None

@@ -5,6 +5,7 @@ from bidder.admin._campaigns import (
     apply_top_up,
     check_idempotency_key,
     load_campaign,
+    read_top_up,
     with_budget,
 )
 from bidder.admin._inventory import import_inventory
@@ -23,6 +24,7 @@ __all__ = [
     "issue_key",
     "load_campaign",
     "offer_view",
+    "read_top_up",
     "revoke_key_id",
     "with_budget",
 ]

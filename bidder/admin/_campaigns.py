@@ -20,7 +20,7 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.params import FromPath
 
-from bidder.admin._common import audit, json_response, path_uuid, read_body
+from bidder.admin._common import audit, decode, json_response, path_uuid
 from bidder.errors import BadRequest, NotFound, ServiceError
 from bidder.runtime import Runtime, utcnow
 from bidder.web import postgres, runtime_of
@@ -36,6 +36,8 @@ log = logging.getLogger("bidder.admin")
 #: Longest idempotency key of a top-up; keys are visible ASCII (a UUID, a ticket number).
 MAX_KEY_CHARS = 255
 _KEY_CHARS = re.compile(rf"[\x21-\x7e]{{1,{MAX_KEY_CHARS}}}")
+#: What a refused top-up body is called in the 400's message.
+TOP_UP = "budget top-up"
 
 
 class TopUp(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -96,6 +98,16 @@ def check_add(add: Decimal) -> None:
         raise BadRequest(f"the total budget would exceed {MAX_AMOUNT_CENTS} cents")
     if add != add.quantize(CENT_PLACES):
         raise BadRequest("add_cents has more than 6 decimal places of a cent")
+
+
+def read_top_up(body: bytes) -> Decimal:
+    """The amount of a top-up body `{"add_cents": ...}`, as `POST .../budget` and `bidder
+    campaigns top-up` both read it (the command passes its argument as the JSON string form):
+    a JSON number, or a string holding one as JSON writes it, positive, within the largest
+    total, at most 6 decimals; else 400 saying why."""
+    amount = decode(body, TopUp, TOP_UP, optional=True).add_cents
+    check_add(amount)
+    return amount
 
 
 async def load_campaign(conn: Conn, campaign_id: str) -> Campaign:
@@ -198,10 +210,10 @@ async def top_up(request: Request[Any, Any, Any], campaign_id: FromPath[str]) ->
     key = request.headers.get("idempotency-key")
     if key is not None:
         check_idempotency_key(key)
-    body = await read_body(request, TopUp, "budget top-up")
+    add = read_top_up(await request.body())
     rt = runtime_of(request)
     async with postgres(request) as conn:
-        done = await apply_top_up(conn, rt.hot, campaign_id, body.add_cents, key)
+        done = await apply_top_up(conn, rt.hot, campaign_id, add, key)
     # This worker's matching sees the new total now, not at its next budget refresh.
     shown = await with_budget(rt.hot, done.campaign, redis_optional=True, view=rt)
     response = json_response(shown)

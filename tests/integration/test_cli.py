@@ -20,7 +20,6 @@ import msgspec
 import pytest
 
 from bidder.demo import demo_document
-from store.local_servers import free_port
 from tests.conftest import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls
 from tests.factories import CAMPAIGN, PUB, basic_document, seed, uid
 from tests.integration._admin_helpers import fetchval, parsed
@@ -80,20 +79,6 @@ async def test_commands_on_postgres_alone_need_only_database_url(
     assert refused.returncode == 2
     assert b"REDIS_URL is required" in refused.stderr
     assert b"SIGNING_SECRETS" not in refused.stderr
-
-
-async def test_campaigns_show_while_redis_is_down_answers_as_the_admin_get(
-    servers: ServerUrls, clean: None
-) -> None:
-    """The README: `campaigns show` answers as `GET /admin/v1/campaigns/{id}` does, which
-    gives the stored fields and `budget: null` while Redis cannot be read."""
-    await seed(servers.database_url, basic_document())
-    closed = f"redis://127.0.0.1:{free_port()}/0"
-    done = await bidder(cli_env(servers, REDIS_URL=closed), "campaigns", "show", CAMPAIGN)
-    assert done.returncode == 0, done.stderr
-    shown = parsed(done.stdout)
-    assert shown["id"] == CAMPAIGN
-    assert shown["budget"] is None
 
 
 async def test_migrate_is_applied_once(servers: ServerUrls, clean: None) -> None:
