@@ -14,8 +14,10 @@ from litestar.exceptions import HTTPException
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from bidder import guides, health, tracking
+from bidder.admin import openapi as admin_openapi
 from bidder.admin import records_routes
 from bidder.admin import routes as admin_routes
+from bidder.core import openapi as core_openapi
 from bidder.core import routes as core_routes
 from bidder.core import screens
 from bidder.errors import ServiceError
@@ -85,6 +87,8 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
             metrics_endpoint,
             *health.routes,
             *guides.routes,
+            *core_openapi.routes,
+            *admin_openapi.routes,
             *core_routes.routes,
             *screens.routes,
             *openrtb_routes.routes,

@@ -51,6 +51,13 @@ class BudgetView(msgspec.Struct, kw_only=True):
     remaining_cents: Decimal
 
 
+class CampaignView(Campaign, kw_only=True):
+    """A campaign as the admin API shows it: its inventory fields and its live `budget` (null
+    when Redis cannot be read)."""
+
+    budget: BudgetView | None
+
+
 def budget_view(campaign: Campaign, live: Budget | None) -> BudgetView:
     """Live figures from Redis; a campaign not yet copied there shows its stored total."""
     if live is None:
@@ -69,24 +76,22 @@ async def with_budget(
     *,
     redis_optional: bool = False,
     view: Runtime | None = None,
-) -> dict[str, Any]:
+) -> CampaignView:
     """What the admin API shows of a campaign: its fields and its live `budget`.
     `redis_optional`: when Redis cannot be read, `budget` is null instead of the error (the
     answer to a top-up that committed must say it did). `view`: the worker whose budget view
     takes the figures read, so its matching sees a top-up at once."""
-    body: dict[str, Any] = msgspec.to_builtins(campaign, builtin_types=(Decimal,))
+    fields = msgspec.structs.asdict(campaign)
     mark = view.budget_mark() if view is not None else 0
     try:
         budgets = await hot.read_budgets(utcnow(), (campaign_shard(campaign.id),))
     except REDIS_DOWN:
         if not redis_optional:
             raise
-        body["budget"] = None
-        return body
+        return CampaignView(**fields, budget=None)
     if view is not None:
         view.fold_budgets(budgets, mark)  # the campaign's shard, read now
-    body["budget"] = budget_view(campaign, budgets.get(campaign.id))
-    return body
+    return CampaignView(**fields, budget=budget_view(campaign, budgets.get(campaign.id)))
 
 
 def check_add(add: Decimal) -> None:

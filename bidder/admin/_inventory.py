@@ -31,6 +31,12 @@ async def import_inventory(
     return counts
 
 
+class Imported(msgspec.Struct, kw_only=True):
+    """An imported document: how many items of each list were upserted."""
+
+    counts: dict[str, int]
+
+
 #: What decoding a body that is no inventory document at all raises.
 _NOT_A_DOCUMENT: tuple[type[Exception], ...] = (msgspec.ValidationError, *UNREADABLE_JSON)
 
@@ -64,7 +70,7 @@ async def put_inventory(request: Request[Any, Any, Any]) -> Response[bytes]:
                 f"The inventory document conflicts with stored data ({exc.constraint_name}); "
                 "nothing was applied"
             ) from None
-    return json_response({"counts": counts})
+    return json_response(Imported(counts=counts))
 
 
 @get("/inventory")

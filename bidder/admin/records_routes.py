@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import asyncpg
+import msgspec
 from litestar import Request, Response, Router, get
 from litestar.params import FromPath
 from redis.exceptions import RedisError
@@ -52,6 +53,59 @@ SELECT playout_id::text, played_at, confirmed_at, duration_seconds, completion_r
        player_version, screen_resolution
 FROM playouts WHERE deal_id = $1 ORDER BY confirmed_at
 """
+
+
+OfferStatus = Literal["open", "accepted", "rejected", "expired"]
+
+
+class OfferView(msgspec.Struct, kw_only=True):
+    """An offer's outcome: live from Redis while it holds the offer, else from the records."""
+
+    offer_id: str
+    status: OfferStatus | None
+    screen_id: str | None
+    campaign_id: str | None
+    bid_price_cents: Decimal | None
+    expires_at: str | None
+    rejection_reason: str | None
+    deal_id: str | None
+
+
+class BillingView(msgspec.Struct, kw_only=True):
+    billing_id: str
+    billing_code: str | None
+    #: What billed it: `core_accept` (an accept) or `openrtb_impression` (an impression).
+    source: str
+    commission_rate: Decimal | None
+    gross_price_cents: Decimal | None
+    commission_cents: Decimal | None
+    net_price_cents: Decimal | None
+    billed_at: str | None
+
+
+class PlayoutView(msgspec.Struct, kw_only=True):
+    playout_id: str
+    played_at: str | None
+    confirmed_at: str | None
+    duration_seconds: int | None
+    completion_rate: Decimal | None
+    player_version: str | None
+    screen_resolution: str | None
+
+
+class DealView(msgspec.Struct, kw_only=True):
+    """A deal with its billing record and playouts, once the record writer has written them."""
+
+    deal_id: str
+    offer_id: str
+    publisher_id: str
+    campaign_id: str
+    gross_price_cents: Decimal | None
+    commission_cents: Decimal | None
+    net_price_cents: Decimal | None
+    accepted_at: str | None
+    billing: BillingView | None
+    playouts: list[PlayoutView]
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -107,11 +161,11 @@ async def _fetch(rt: Runtime, sql: str, *args: Any) -> list[asyncpg.Record]:
 _ADMIN_STATUS = {"billed": "accepted", "lost": "rejected"}
 
 
-def _admin_status(status: str | None) -> str | None:
-    return _ADMIN_STATUS.get(status, status) if status is not None else None
+def _admin_status(status: str | None) -> OfferStatus | None:
+    return cast(OfferStatus, _ADMIN_STATUS.get(status, status)) if status is not None else None
 
 
-async def _offer_from_redis(source: RecordSource, hot: dict[str, str]) -> dict[str, Any]:
+async def _offer_from_redis(source: RecordSource, hot: dict[str, str]) -> OfferView:
     reason = None
     if hot.get("status") == "rejected":  # the reason travels in the record, not the hash
         try:
@@ -119,19 +173,19 @@ async def _offer_from_redis(source: RecordSource, hot: dict[str, str]) -> dict[s
             reason = rows[0]["reason"] if rows else None
         except Unavailable:
             reason = None
-    return {
-        "offer_id": hot["offer_id"],
-        "status": _admin_status(hot.get("status")),
-        "screen_id": hot.get("screen"),
-        "campaign_id": hot.get("campaign"),
-        "bid_price_cents": micros_to_cents(int(hot["price"])),
-        "expires_at": _iso(ms_to_time(hot["expires_ms"])),
-        "rejection_reason": reason,
-        "deal_id": hot.get("deal_id"),
-    }
+    return OfferView(
+        offer_id=hot["offer_id"],
+        status=_admin_status(hot.get("status")),
+        screen_id=hot.get("screen"),
+        campaign_id=hot.get("campaign"),
+        bid_price_cents=micros_to_cents(int(hot["price"])),
+        expires_at=_iso(ms_to_time(hot["expires_ms"])),
+        rejection_reason=reason,
+        deal_id=hot.get("deal_id"),
+    )
 
 
-async def offer_view(source: RecordSource, offer_id: str) -> dict[str, Any]:
+async def offer_view(source: RecordSource, offer_id: str) -> OfferView:
     """An offer's status and price (`GET /admin/v1/offers/{id}`, `bidder offers show`): live
     from Redis, else from the records."""
     hot, redis_answered = await _hot_offer(source.hot, offer_id)
@@ -143,19 +197,19 @@ async def offer_view(source: RecordSource, offer_id: str) -> dict[str, Any]:
             raise Unavailable("Redis is unavailable, retry shortly", headers={"Retry-After": "1"})
         raise NotFound(f"Offer {offer_id} not found")
     row = rows[0]
-    return {
-        "offer_id": row["offer_id"],
-        "status": _admin_status(row["status"]),
-        "screen_id": row["screen_id"],
-        "campaign_id": row["campaign_id"],
-        "bid_price_cents": _cents(row["bid_price_cents"]),
-        "expires_at": _iso(row["expires_at"]),
-        "rejection_reason": row["rejection_reason"],
-        "deal_id": row["deal_id"],
-    }
+    return OfferView(
+        offer_id=row["offer_id"],
+        status=_admin_status(row["status"]),
+        screen_id=row["screen_id"],
+        campaign_id=row["campaign_id"],
+        bid_price_cents=_cents(row["bid_price_cents"]),
+        expires_at=_iso(row["expires_at"]),
+        rejection_reason=row["rejection_reason"],
+        deal_id=row["deal_id"],
+    )
 
 
-async def deal_view(source: RecordSource, deal_id: str) -> dict[str, Any]:
+async def deal_view(source: RecordSource, deal_id: str) -> DealView:
     """A deal with its billing record and playouts, once the records are written
     (`GET /admin/v1/deals/{id}`, `bidder deals show`)."""
     deals = await source.fetch(_DEAL_SQL, deal_id)
@@ -165,40 +219,40 @@ async def deal_view(source: RecordSource, deal_id: str) -> dict[str, Any]:
     billing_rows = await source.fetch(_BILLING_SQL, deal_id)
     playouts = await source.fetch(_PLAYOUTS_SQL, deal_id)
     billing = billing_rows[0] if billing_rows else None
-    return {
-        "deal_id": deal["deal_id"],
-        "offer_id": deal["offer_id"],
-        "publisher_id": deal["publisher_id"],
-        "campaign_id": deal["campaign_id"],
-        "gross_price_cents": _cents(deal["gross_price_cents"]),
-        "commission_cents": _cents(deal["commission_cents"]),
-        "net_price_cents": _cents(deal["net_price_cents"]),
-        "accepted_at": _iso(deal["accepted_at"]),
-        "billing": None
+    return DealView(
+        deal_id=deal["deal_id"],
+        offer_id=deal["offer_id"],
+        publisher_id=deal["publisher_id"],
+        campaign_id=deal["campaign_id"],
+        gross_price_cents=_cents(deal["gross_price_cents"]),
+        commission_cents=_cents(deal["commission_cents"]),
+        net_price_cents=_cents(deal["net_price_cents"]),
+        accepted_at=_iso(deal["accepted_at"]),
+        billing=None
         if billing is None
-        else {
-            "billing_id": billing["billing_id"],
-            "billing_code": billing["billing_code"],
-            "source": billing["source"],
-            "commission_rate": _cents(billing["commission_rate"]),
-            "gross_price_cents": _cents(billing["gross_price_cents"]),
-            "commission_cents": _cents(billing["commission_cents"]),
-            "net_price_cents": _cents(billing["net_price_cents"]),
-            "billed_at": _iso(billing["billed_at"]),
-        },
-        "playouts": [
-            {
-                "playout_id": p["playout_id"],
-                "played_at": _iso(p["played_at"]),
-                "confirmed_at": _iso(p["confirmed_at"]),
-                "duration_seconds": p["duration_seconds"],
-                "completion_rate": _cents(p["completion_rate"]),
-                "player_version": p["player_version"],
-                "screen_resolution": p["screen_resolution"],
-            }
+        else BillingView(
+            billing_id=billing["billing_id"],
+            billing_code=billing["billing_code"],
+            source=billing["source"],
+            commission_rate=_cents(billing["commission_rate"]),
+            gross_price_cents=_cents(billing["gross_price_cents"]),
+            commission_cents=_cents(billing["commission_cents"]),
+            net_price_cents=_cents(billing["net_price_cents"]),
+            billed_at=_iso(billing["billed_at"]),
+        ),
+        playouts=[
+            PlayoutView(
+                playout_id=p["playout_id"],
+                played_at=_iso(p["played_at"]),
+                confirmed_at=_iso(p["confirmed_at"]),
+                duration_seconds=p["duration_seconds"],
+                completion_rate=_cents(p["completion_rate"]),
+                player_version=p["player_version"],
+                screen_resolution=p["screen_resolution"],
+            )
             for p in playouts
         ],
-    }
+    )
 
 
 @get("/offers/{offer_id:str}")

@@ -7,8 +7,10 @@ the screen's publisher may answer, an expired offer is not found) and settles th
 from __future__ import annotations
 
 import logging
+from decimal import Decimal
 from typing import Any, Literal
 
+import msgspec
 from litestar import Request, post
 from litestar.params import FromPath
 from litestar.types import ASGIApp
@@ -47,6 +49,41 @@ MAX_REASON_CHARS = 500
 Action = Literal["accept", "reject"]
 
 
+class OfferResponse(msgspec.Struct, kw_only=True):
+    """The body of an answer to an offer, as `answer_offer` reads it field by field (so that each
+    problem gets its own message); the OpenAPI document describes the body with it."""
+
+    action: Action
+    #: Required to accept: above 0, up to the bid, at most 6 decimal places; a JSON number.
+    accepted_price_cents: Decimal | msgspec.UnsetType = msgspec.UNSET
+    #: A reject's reason: up to 500 characters, without U+0000.
+    rejection_reason: str | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class Accepted(msgspec.Struct, kw_only=True):
+    """An accepted offer: the deal, its billing record's id and the price split."""
+
+    success: bool
+    action: Literal["accepted"]
+    deal_id: str
+    billing_id: str
+    net_price_cents: Decimal
+    commission_cents: Decimal
+    gross_price_cents: Decimal
+    message: str
+    billing_code: str | None
+
+
+class Rejected(msgspec.Struct, kw_only=True):
+    """A rejected offer; `rejection_reason` echoes the reason given ("" for none)."""
+
+    success: bool
+    action: Literal["rejected"]
+    message: str
+    rejection_reason: str
+    billing_code: str | None
+
+
 def _action(body: dict[str, Any]) -> Action:
     action = body.get("action")
     if action == "accept":
@@ -81,29 +118,29 @@ def _accepted_micros(body: dict[str, Any]) -> int:
 
 def _accepted_body(
     deal_id: str, billing_id: str, gross: int, net: int, commission: int, billing_code: str | None
-) -> dict[str, Any]:
-    return {
-        "success": True,
-        "action": "accepted",
-        "deal_id": deal_id,
-        "billing_id": billing_id,
-        "net_price_cents": micros_to_cents(net),
-        "commission_cents": micros_to_cents(commission),
-        "gross_price_cents": micros_to_cents(gross),
-        "message": "Offer accepted: deal created and billed. Confirm playout with this deal_id.",
-        "billing_code": billing_code,
-    }
+) -> Accepted:
+    return Accepted(
+        success=True,
+        action="accepted",
+        deal_id=deal_id,
+        billing_id=billing_id,
+        net_price_cents=micros_to_cents(net),
+        commission_cents=micros_to_cents(commission),
+        gross_price_cents=micros_to_cents(gross),
+        message="Offer accepted: deal created and billed. Confirm playout with this deal_id.",
+        billing_code=billing_code,
+    )
 
 
-def _rejected_body(reason: str | None, billing_code: str | None) -> dict[str, Any]:
-    return {
-        "success": True,
-        "action": "rejected",
-        "message": "Offer rejected and removed",
+def _rejected_body(reason: str | None, billing_code: str | None) -> Rejected:
+    return Rejected(
+        success=True,
+        action="rejected",
+        message="Offer rejected and removed",
         # The contract types the echo as a string: "" when no reason was given.
-        "rejection_reason": reason if reason is not None else "",
-        "billing_code": billing_code,
-    }
+        rejection_reason=reason if reason is not None else "",
+        billing_code=billing_code,
+    )
 
 
 def _above_bid(bid_micros: int) -> BadRequest:

@@ -6,6 +6,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+import msgspec
 from litestar import Request, Response, post
 from litestar.params import FromPath
 
@@ -28,6 +29,32 @@ DEAL_NOT_FOUND = "Deal not found or access denied"
 _MAX_TEXT_CHARS = 200
 #: Postgres `integer`, the column's type.
 MAX_DURATION_SECONDS = 2**31 - 1
+
+
+class PlayoutConfirmation(msgspec.Struct, kw_only=True):
+    """The body of a playout confirmation, every field optional, as `confirm_playout` reads it
+    field by field; the OpenAPI document describes the body with it."""
+
+    #: ISO 8601 with a time zone; default: when the call arrives.
+    played_at: str | msgspec.UnsetType | None = msgspec.UNSET
+    #: Whole seconds, 0 to 2147483647.
+    duration_seconds: int | msgspec.UnsetType | None = msgspec.UNSET
+    #: From 0 to 100, stored to 3 decimals (half up).
+    completion_rate: Decimal | msgspec.UnsetType | None = msgspec.UNSET
+    #: Up to 200 characters, without U+0000.
+    player_version: str | msgspec.UnsetType | None = msgspec.UNSET
+    #: Up to 200 characters, without U+0000.
+    screen_resolution: str | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class Confirmed(msgspec.Struct, kw_only=True):
+    """A confirmed playout; a repeat answers the first one's `playout_id` and `confirmed_at`."""
+
+    success: bool
+    deal_id: str
+    playout_id: str
+    confirmed_at: str
+    message: str
 
 
 def _played_at(body: dict[str, Any], received: datetime) -> datetime:
@@ -76,14 +103,14 @@ def _completion_rate(body: dict[str, Any]) -> Decimal | None:
     return rate
 
 
-def _confirmed(deal_id: str, playout_id: str, confirmed: datetime, repeat: bool) -> dict[str, Any]:
-    return {
-        "success": True,
-        "deal_id": deal_id,
-        "playout_id": playout_id,
-        "confirmed_at": iso_utc(confirmed),
-        "message": "Playout already confirmed" if repeat else "Playout confirmed",
-    }
+def _confirmed(deal_id: str, playout_id: str, confirmed: datetime, repeat: bool) -> Confirmed:
+    return Confirmed(
+        success=True,
+        deal_id=deal_id,
+        playout_id=playout_id,
+        confirmed_at=iso_utc(confirmed),
+        message="Playout already confirmed" if repeat else "Playout confirmed",
+    )
 
 
 @post(

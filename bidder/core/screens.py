@@ -83,9 +83,16 @@ class FieldProblem(msgspec.Struct, kw_only=True):
     message: str
 
 
+class ScreenProblems(msgspec.Struct, kw_only=True):
+    """A refused screen: every problem, by field."""
+
+    error: str
+    problems: list[FieldProblem]
+
+
 def _rejected(problems: list[FieldProblem]) -> Response[bytes]:
     """400 with every problem of the screen, by field."""
-    body = {"error": "The screen has problems; nothing was changed", "problems": problems}
+    body = ScreenProblems(error="The screen has problems; nothing was changed", problems=problems)
     return json_response(body, status=400)
 
 
