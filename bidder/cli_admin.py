@@ -19,6 +19,7 @@ import asyncpg
 import msgspec
 
 from bidder.admin import (
+    CampaignView,
     apply_top_up,
     check_idempotency_key,
     deal_view,
@@ -77,7 +78,7 @@ def _redis_down(exc: BaseException) -> str:
     return f"cannot reach Redis at REDIS_URL ({type(exc).__name__}: {exc})"
 
 
-async def _live(hot: HotState, campaign: Campaign) -> dict[str, Any]:
+async def _live(hot: HotState, campaign: Campaign) -> CampaignView:
     """The campaign with its live budget. Unlike the admin API, which answers `budget` null
     when Redis cannot be read, a command fails (exit 1): a script reading `budget` must not
     take a null for an answer."""

@@ -2,6 +2,7 @@
 issuing and revoking, inventory import, campaign views and top-ups, offer and deal views."""
 
 from bidder.admin._campaigns import (
+    CampaignView,
     apply_top_up,
     check_idempotency_key,
     load_campaign,
@@ -13,6 +14,7 @@ from bidder.admin._keys import KeyCreated, UnknownPublisher, check_expiry, issue
 from bidder.admin.records_routes import RecordSource, deal_view, offer_view
 
 __all__ = [
+    "CampaignView",
     "KeyCreated",
     "RecordSource",
     "UnknownPublisher",
