@@ -73,7 +73,7 @@ def mime_type_for(url: str) -> str | None:
 
 #: The audience per play a publisher's screens may have unless the operator sets another bound
 #: (`max_audience_per_play`): far above any real screen's, far below a budget-draining one.
-DEFAULT_MAX_AUDIENCE_PER_PLAY = Decimal(100_000)
+DEFAULT_MAX_AUDIENCE_PER_PLAY = Decimal(50_000)
 #: How many screens a publisher may register through the screens API unless the operator sets
 #: another quota (`max_screens`).
 DEFAULT_MAX_SCREENS = 10_000

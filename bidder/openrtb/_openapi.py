@@ -49,7 +49,7 @@ is `NO_VIDEO_OBJECT`, an `imp` that is not an array holds no impression
 still sent, so it is `NO_TOTAL_AUDIENCE` with no fallback.
 
 The screen is `imp[0].tagid` among the external ids of the key's publisher (unknown: 204). An
-audience above the publisher's `max_audience_per_play` (100,000 unless the operator sets
+audience above the publisher's `max_audience_per_play` (50,000 unless the operator sets
 another) is not bid on (204). An
 asset whose MIME type is not in `video.mimes` is not offered (no `mimes`: any type; an empty
 list: none, so 204). The

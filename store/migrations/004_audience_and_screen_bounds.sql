@@ -4,7 +4,7 @@
 -- for them) and how many screens the screens API lets it hold. Publishers stored before this
 -- get bounds their stored screens already fit, so nothing that serves today is refused.
 ALTER TABLE publishers
-    ADD COLUMN max_audience_per_play numeric(14, 4) NOT NULL DEFAULT 100000
+    ADD COLUMN max_audience_per_play numeric(14, 4) NOT NULL DEFAULT 50000
         CHECK (max_audience_per_play > 0),
     ADD COLUMN max_screens integer NOT NULL DEFAULT 10000 CHECK (max_screens >= 0);
 UPDATE publishers p

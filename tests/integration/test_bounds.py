@@ -5,7 +5,7 @@ snapshot a bounded number of times.
 
 Expected figures come from the contract and the documented limits (docs/api-core.md and
 docs/api-openrtb.md, "Limits"): one play costs cpm x audience / 1000 cents; a publisher's
-audience bound is 100,000 unless the operator sets another, its quota 10,000 screens; names
+audience bound is 50,000 unless the operator sets another, its quota 10,000 screens; names
 hold 200 characters, external ids 128, OpenRTB ids 256.
 """
 
@@ -95,16 +95,16 @@ def fields_of(response: httpx.Response) -> set[tuple[str, str]]:
 
 async def test_a_play_never_costs_a_campaign_more_than_its_cap(live: Live) -> None:
     """The operator lets the publisher register audiences up to 1,000,000; a screen that large
-    would price one play of the 250-cent-CPM campaign at 250,000 cents (2,500 EUR, 2.5 % of its
-    budget). With a cap of 100 cents a play, neither interface offers it."""
-    doc = f.basic_document(
-        publishers=[
-            f.publisher(max_audience_per_play=Decimal(1_000_000)),
-            f.publisher(id=f.PUB_OTHER, name="Mall Media"),
-        ],
-        campaigns=[f.campaign(max_price_per_play_cents=CAP_CENTS)],
-    )
-    headers = await seeded(live, doc)
+    prices one play of the 250-cent-CPM campaign at 250,000 cents (2,500 EUR, a quarter of its
+    10,000 EUR budget). With a cap of 100 cents a play, neither interface offers it; without
+    the cap the same screen gets that offer."""
+    budget = Decimal(1_000_000)  # cents
+    publishers = [
+        f.publisher(max_audience_per_play=Decimal(1_000_000)),
+        f.publisher(id=f.PUB_OTHER, name="Mall Media"),
+    ]
+    capped = f.campaign(budget_cents=budget, max_price_per_play_cents=CAP_CENTS)
+    headers = await seeded(live, f.basic_document(publishers=publishers, campaigns=[capped]))
     registered = await live.client.post(
         SCREENS,
         json=new_screen(audience_per_play=1_000_000, external_id="stadium-1"),
@@ -131,36 +131,43 @@ async def test_a_play_never_costs_a_campaign_more_than_its_cap(live: Live) -> No
     price_eur = json.loads(at_cap.content, parse_float=Decimal)["seatbid"][0]["bid"][0]["price"]
     assert price_eur * 100 == CAP_CENTS
 
+    # The same campaign without its cap: the stadium's one play would take 250,000 cents.
+    await f.seed(live.database_url, InventoryDocument(campaigns=[f.campaign(budget_cents=budget)]))
+    await live.rt.reload_inventory()
+    uncapped = await live.client.get(f"{API}/offers/request/{stadium}", headers=headers)
+    assert uncapped.status_code == 200, uncapped.text
+    assert Decimal(str(uncapped.json()["bid_price_cents"])) == Decimal(250_000)
+
 
 async def test_an_openrtb_audience_above_the_publishers_bound_is_no_bid_and_counted(
     live: Live,
 ) -> None:
-    headers = await seeded(live)  # no bound set: 100,000 viewers
+    headers = await seeded(live)  # no bound set: 50,000 viewers
     before = no_bids(live, "audience_above_bound")
-    above = await post_bid(live, headers, bid_request(multiplier=Decimal("100000.0001")))
+    above = await post_bid(live, headers, bid_request(multiplier=Decimal("50000.0001")))
     assert above.status_code == 204, above.text
     legacy = bid_request()
     del legacy["imp"][0]["qty"]
-    legacy["imp"][0]["ext"] = {"totalaud": 100_001}
+    legacy["imp"][0]["ext"] = {"totalaud": 50_001}
     assert (await post_bid(live, headers, legacy)).status_code == 204
     assert no_bids(live, "audience_above_bound") == before + 2
-    at_bound = await post_bid(live, headers, bid_request(multiplier=100_000))
+    at_bound = await post_bid(live, headers, bid_request(multiplier=50_000))
     assert at_bound.status_code == 200, at_bound.text
 
 
 async def test_the_screens_api_keeps_audiences_within_the_publishers_bound(live: Live) -> None:
     headers = await seeded(live)
     above = await live.client.post(
-        SCREENS, json=new_screen(audience_per_play=100_000.0001), headers=headers
+        SCREENS, json=new_screen(audience_per_play=50_000.0001), headers=headers
     )
     assert fields_of(above) == {("", "audience_per_play")}
-    assert "at most 100000" in above.json()["problems"][0]["message"]
+    assert "at most 50000" in above.json()["problems"][0]["message"]
     patched = await live.client.patch(
         f"{SCREENS}/{f.SCREEN_MOVING}", json={"audience_per_play": 250_000}, headers=headers
     )
     assert fields_of(patched) == {("", "audience_per_play")}
     at_bound = await live.client.post(
-        SCREENS, json=new_screen(audience_per_play=100_000), headers=headers
+        SCREENS, json=new_screen(audience_per_play=50_000), headers=headers
     )
     assert at_bound.status_code == 201, at_bound.text
 
@@ -192,7 +199,7 @@ async def test_the_migration_gives_stored_publishers_bounds_their_screens_fit(
     servers: ServerUrls, migrated: str
 ) -> None:
     """A database holding a screen of 250,000.5 viewers before the bounds existed: its
-    publisher's bound becomes 250,000.5, the other publisher's the default 100,000."""
+    publisher's bound becomes 250,000.5, the other publisher's the default 50,000."""
     name = f"bounds_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(migrated)
     await admin.execute(f"CREATE DATABASE {name}")
@@ -226,7 +233,7 @@ async def test_the_migration_gives_stored_publishers_bounds_their_screens_fit(
         await admin.close()
     assert [(str(r["id"]), r["max_audience_per_play"], r["max_screens"]) for r in rows] == [
         (f.PUB, Decimal("250000.5"), 10_000),
-        (f.PUB_OTHER, Decimal(100_000), 10_000),
+        (f.PUB_OTHER, Decimal(50_000), 10_000),
     ]
 
 

@@ -434,9 +434,9 @@ def test_an_openrtb_audience_above_the_publishers_bound_is_no_bid() -> None:
     )
     assert isinstance(_select(bounded, audience=Decimal(1000)), Match)
     assert _select(bounded, audience=Decimal("1000.0001")) == NoMatch("audience_above_bound")
-    # Without a bound of its own a publisher has the default: 100,000 viewers.
+    # Without a bound of its own a publisher has the default: 50,000 viewers.
     default = _snapshot()
-    assert isinstance(_select(default, audience=Decimal(100_000)), Match)
-    assert _select(default, audience=Decimal(100_001)) == NoMatch("audience_above_bound")
+    assert isinstance(_select(default, audience=Decimal(50_000)), Match)
+    assert _select(default, audience=Decimal(50_001)) == NoMatch("audience_above_bound")
     # The other publisher's bound is its own.
     assert isinstance(_select(bounded, SCREEN_OTHER_PUB, audience=Decimal(5000)), Match)

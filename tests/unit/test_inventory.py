@@ -471,8 +471,8 @@ CASES: list[tuple[str, Callable[[], InventoryDocument], set[Where]]] = [
     ),
     # bounds of an audience and of a price per play (issue 21: no budget drain)
     (
-        "screen audience above its publisher's default bound of 100,000",
-        lambda: basic_document(screens=[screen(audience_per_play=Decimal("100000.0001"))]),
+        "screen audience above its publisher's default bound of 50,000",
+        lambda: basic_document(screens=[screen(audience_per_play=Decimal("50000.0001"))]),
         {("screens", 0, "audience_per_play")},
     ),
     (
