@@ -166,6 +166,12 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.snapshot_builds = Counter(
+            "inventory_snapshot_builds",
+            "Inventory snapshots a worker built and installed: at most one per "
+            "INVENTORY_POLL_SECONDS, however many inventory changes arrived in between",
+            registry=r,
+        )
         # Labelled children by label value, resolved once: `labels()` costs more than `inc()`.
         self._children: dict[tuple[str, str], Any] = {}
         # Every worker reads the same queue: across workers, the latest reading is the figure.

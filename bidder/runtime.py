@@ -290,6 +290,7 @@ class Runtime:
     def _install(self, snapshot: Snapshot, source: str) -> None:
         self.snapshot = snapshot
         self.inventory_source = source
+        self.metrics.snapshot_builds.inc()
         # The snapshot lives until the next inventory change: exempt it (and the rest of the
         # heap as it stands) from the cyclic collector, so a full collection during traffic
         # walks only what requests allocate, not the inventory (~100 ms pauses otherwise).

@@ -28,6 +28,7 @@ NoMatchReason = Literal[
     "no_compatible_asset",  # OpenRTB: no asset of a kind the screen type takes
     "resolution_mismatch",  # OpenRTB: compatible assets, none exactly w x h
     "mime_not_allowed",  # OpenRTB: exact-size assets, none of an accepted MIME type
+    "audience_above_bound",  # OpenRTB: an audience above the publisher's max_audience_per_play
 ]
 
 
@@ -150,13 +151,18 @@ def select(
     """The best-paying eligible campaign for `screen` (decisions section 3).
 
     Price is cpm x audience / 1000; the audience is the screen's unless the OpenRTB request
-    gives one. Ties on price go to the larger share of budget left. `exclude` names campaigns a
-    reservation already refused this request (budget or frequency cap reached).
+    gives one, which may not exceed the screen's bound (`max_audience`, its publisher's): no
+    bid above it. A campaign whose price per play would exceed its own cap
+    (`max_price_micros`) is not eligible. Ties on price go to the larger share of budget left.
+    `exclude` names campaigns a reservation already refused this request (budget or frequency
+    cap reached).
     """
     if not screen.active:
         return NoMatch("no_eligible")
     if audience is None:
         audience, audience_units = screen.audience_per_play, screen.audience_units
+    elif audience > screen.max_audience:
+        return NoMatch("audience_above_bound")
     else:
         audience_units = scaled_exactly(audience, AUDIENCE_UNITS_PER_VIEWER)
     local = now.astimezone(screen.zone)
@@ -227,6 +233,7 @@ class _Scan:
                 or not campaign.in_flight(now)
                 or not campaign.in_daypart(self.weekday, self.hour)
                 or not campaign.admits(screen)
+                or (campaign.max_price_micros is not None and price > campaign.max_price_micros)
                 or not covers(campaign, budgets.get(campaign.id), price)
             ):
                 continue

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Literal
@@ -70,11 +71,24 @@ def mime_type_for(url: str) -> str | None:
     return MIME_BY_EXTENSION.get(extension.lower())
 
 
+#: The audience per play a publisher's screens may have unless the operator sets another bound
+#: (`max_audience_per_play`): far above any real screen's, far below a budget-draining one.
+DEFAULT_MAX_AUDIENCE_PER_PLAY = Decimal(50_000)
+#: How many screens a publisher may register through the screens API unless the operator sets
+#: another quota (`max_screens`).
+DEFAULT_MAX_SCREENS = 10_000
+
+
 class Publisher(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     id: str
     name: str
     commission_rate: Decimal = Decimal("0.15")
     external_ids_enabled: bool = False
+    #: The largest `audience_per_play` of the publisher's screens, and of an OpenRTB audience
+    #: (`qty.multiplier`) the service bids on for them: one play's price is cpm x audience.
+    max_audience_per_play: Decimal = DEFAULT_MAX_AUDIENCE_PER_PLAY
+    #: How many screens (inactive ones included) the screens API lets the publisher hold.
+    max_screens: int = DEFAULT_MAX_SCREENS
 
 
 class Advertiser(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -135,6 +149,9 @@ class Campaign(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     start_at: datetime | None = None
     end_at: datetime | None = None
     max_plays_per_screen_per_hour: int | None = None
+    #: The most one play may cost (cents); a screen or request whose price per play is higher
+    #: is not served by the campaign. None: no cap.
+    max_price_per_play_cents: Decimal | None = None
     targeting: Targeting = msgspec.field(default_factory=Targeting)
 
 
@@ -216,12 +233,48 @@ MAX_DURATION_SECONDS = 86_399
 _NOT_XML_CHAR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
+#: The longest name of a publisher, advertiser, screen or campaign (characters).
+MAX_NAME_CHARS = 200
+#: The longest external id of a screen (characters): what an SSP's tag id or a player's
+#: configuration holds.
+MAX_EXTERNAL_ID_CHARS = 128
+#: The longest text of each field, by list (characters; ids are UUIDs, checked as such). A
+#: longer value is refused, never cut: it reaches answers, VAST documents and every worker's
+#: snapshot.
+TEXT_LIMITS: dict[str, dict[str, int]] = {
+    "publishers": {"name": MAX_NAME_CHARS},
+    "advertisers": {"name": MAX_NAME_CHARS, "domain": 253},
+    "billing_codes": {"code": 128},
+    "screens": {
+        "name": MAX_NAME_CHARS,
+        "external_id": MAX_EXTERNAL_ID_CHARS,
+        "venue_type": 128,
+        "timezone": 64,
+    },
+    "campaigns": {"name": MAX_NAME_CHARS},
+    "creatives": {"url": 2048},
+}
+
+
 def _check_text(check: _Checker, kind: str, items: list[msgspec.Struct]) -> None:
-    """Every text field of every item, for characters no XML document can hold."""
+    """Every text field of every item, for its length and for characters no XML document can
+    hold."""
+    limits = TEXT_LIMITS.get(kind, {})
     for index, item in enumerate(items):
         for field in item.__struct_fields__:
             value = getattr(item, field)
-            if isinstance(value, str) and _NOT_XML_CHAR.search(value):
+            if not isinstance(value, str):
+                continue
+            limit = limits.get(field)
+            if limit is not None and len(value) > limit:
+                check.add(
+                    kind,
+                    index,
+                    getattr(item, "id", None),
+                    field,
+                    f"must be at most {limit} characters (it has {len(value)})",
+                )
+            if _NOT_XML_CHAR.search(value):
                 check.add(
                     kind,
                     index,
@@ -364,11 +417,15 @@ def validate_document(
     known_publishers: set[str] | None = None,
     known_advertisers: set[str] | None = None,
     known_campaigns: set[str] | None = None,
+    audience_bounds: Mapping[str, Decimal] | None = None,
 ) -> list[Problem]:
     """Every problem in `doc`, by list, item and field. References may point into the document
-    or at items already stored (the `known_*` sets)."""
+    or at items already stored (the `known_*` sets); `audience_bounds` holds the stored
+    publishers' `max_audience_per_play` (a publisher of the document brings its own; a screen
+    of a publisher in neither is not checked against a bound)."""
     check = _Checker()
     publishers = {p.id for p in doc.publishers} | (known_publishers or set())
+    bounds = {**(audience_bounds or {}), **{p.id: p.max_audience_per_play for p in doc.publishers}}
     advertisers = {a.id for a in doc.advertisers} | (known_advertisers or set())
     campaigns = {c.id for c in doc.campaigns} | (known_campaigns or set())
 
@@ -382,6 +439,9 @@ def validate_document(
         elif not _has_places(pub.commission_rate, 6):
             # Stored as NUMERIC(7, 6): refused rather than rounded without a word.
             check.add("publishers", i, pub.id, "commission_rate", "has more than 6 decimal places")
+        _check_audience(check, "publishers", i, pub.id, "max_audience_per_play", pub)
+        if not 0 <= pub.max_screens <= _INT4_MAX:
+            check.add("publishers", i, pub.id, "max_screens", f"must be from 0 to {_INT4_MAX}")
 
     _check_ids(check, "advertisers", [a.id for a in doc.advertisers])
     for i, adv in enumerate(doc.advertisers):
@@ -391,7 +451,7 @@ def validate_document(
             check.add("advertisers", i, adv.id, "domain", "must be a domain such as brand.example")
 
     _validate_billing_codes(check, doc.billing_codes, advertisers, publishers)
-    _validate_screens(check, doc.screens, publishers)
+    _validate_screens(check, doc.screens, publishers, bounds)
     _validate_campaigns(check, doc.campaigns, advertisers)
     _validate_creatives(check, doc.creatives, campaigns)
     for kind in ("publishers", "advertisers", "billing_codes", "screens", "campaigns", "creatives"):
@@ -430,7 +490,27 @@ def _check_pixels(
             check.add(kind, index, item_id, field, _PIXELS)
 
 
-def _validate_screens(check: _Checker, screens: list[Screen], publishers: set[str]) -> None:
+def _check_audience(
+    check: _Checker, kind: str, index: int, item_id: str, field: str, item: Publisher | Screen
+) -> bool:
+    """An audience per play (a screen's, or a publisher's bound of it): what NUMERIC(14, 4)
+    holds, greater than 0. True when it is one."""
+    audience: Decimal = getattr(item, field)
+    if not audience.is_finite() or not 0 < audience < MAX_AUDIENCE_PER_PLAY:
+        check.add(
+            kind, index, item_id, field, f"must be greater than 0 and below {MAX_AUDIENCE_PER_PLAY}"
+        )
+        return False
+    if not _has_places(audience, 4):
+        # Stored as NUMERIC(14, 4), and it sets the price: refused rather than rounded.
+        check.add(kind, index, item_id, field, "has more than 4 decimal places")
+        return False
+    return True
+
+
+def _validate_screens(
+    check: _Checker, screens: list[Screen], publishers: set[str], bounds: Mapping[str, Decimal]
+) -> None:
     _check_ids(check, "screens", [s.id for s in screens])
     external: set[tuple[str, str]] = set()
     for i, scr in enumerate(screens):
@@ -439,18 +519,22 @@ def _validate_screens(check: _Checker, screens: list[Screen], publishers: set[st
         if scr.publisher_id not in publishers:
             check.add("screens", i, scr.id, "publisher_id", "names no known publisher")
         _check_pixels(check, "screens", i, scr.id, scr.width, scr.height)
-        audience = scr.audience_per_play
-        if not audience.is_finite() or not 0 < audience < MAX_AUDIENCE_PER_PLAY:
+        bound = bounds.get(scr.publisher_id)
+        if bound is not None and not (bound.is_finite() and bound > 0):  # its own problem
+            bound = None
+        if (
+            _check_audience(check, "screens", i, scr.id, "audience_per_play", scr)
+            and bound is not None
+            and scr.audience_per_play > bound
+        ):
             check.add(
                 "screens",
                 i,
                 scr.id,
                 "audience_per_play",
-                f"must be greater than 0 and below {MAX_AUDIENCE_PER_PLAY}",
+                f"must be at most {bound:f}, the publisher's max_audience_per_play (the operator "
+                "sets it)",
             )
-        elif not _has_places(audience, 4):
-            # Stored as NUMERIC(14, 4), and it sets the price: refused rather than rounded.
-            check.add("screens", i, scr.id, "audience_per_play", "has more than 4 decimal places")
         if scr.external_id is not None:
             _check_external_id(check, i, scr, external)
         if not is_time_zone(scr.timezone):
@@ -493,6 +577,15 @@ def _validate_campaigns(check: _Checker, campaigns: list[Campaign], advertisers:
         _check_money(check, "campaigns", i, cmp.id, "cpm_cents", cmp.cpm_cents, positive=True)
         _check_money(check, "campaigns", i, cmp.id, "budget_cents", cmp.budget_cents)
         _check_money(check, "campaigns", i, cmp.id, "daily_budget_cents", cmp.daily_budget_cents)
+        _check_money(
+            check,
+            "campaigns",
+            i,
+            cmp.id,
+            "max_price_per_play_cents",
+            cmp.max_price_per_play_cents,
+            positive=True,
+        )
         for name, stamp in (("start_at", cmp.start_at), ("end_at", cmp.end_at)):
             if stamp is not None and stamp.tzinfo is None:
                 check.add("campaigns", i, cmp.id, name, "must carry a time zone (e.g. Z)")

@@ -13,6 +13,7 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from matching.inventory import (
+    DEFAULT_MAX_AUDIENCE_PER_PLAY,
     SCREEN_TYPES,
     Advertiser,
     Campaign,
@@ -82,6 +83,8 @@ class CampaignInfo:
     creatives: tuple[CreativeInfo, ...]
     shard: int
     cpm_micros: int | None
+    #: The most one play may cost (micro-cents); None: no cap.
+    max_price_micros: int | None
     ranked_creatives: dict[str, tuple[CreativeInfo, ...]] = field(compare=False)
 
     def in_flight(self, now: datetime) -> bool:
@@ -128,6 +131,8 @@ class ScreenInfo:
     active: bool
     # audience_per_play in AUDIENCE_UNITS_PER_VIEWER, for integer pricing (None if finer).
     audience_units: int | None
+    #: The largest audience a play here is priced for: the publisher's max_audience_per_play.
+    max_audience: Decimal
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +218,11 @@ def _campaign_info(campaign: Campaign, creatives: list[Creative]) -> CampaignInf
         creatives=approved,
         shard=campaign_shard(campaign.id),
         cpm_micros=scaled_exactly(campaign.cpm_cents, MICROS_PER_CENT),
+        max_price_micros=(
+            None
+            if campaign.max_price_per_play_cents is None
+            else cents_to_micros(campaign.max_price_per_play_cents, exact=False)
+        ),
         ranked_creatives=_ranked_creatives(approved),
     )
 
@@ -225,7 +235,9 @@ def _ranked_creatives(creatives: tuple[CreativeInfo, ...]) -> dict[str, tuple[Cr
     }
 
 
-def _screen_info(screen: Screen, zones: dict[str, ZoneInfo]) -> ScreenInfo:
+def _screen_info(
+    screen: Screen, zones: dict[str, ZoneInfo], bounds: dict[str, Decimal]
+) -> ScreenInfo:
     zone = zones.get(screen.timezone)
     if zone is None:
         zone = zones[screen.timezone] = ZoneInfo(screen.timezone)
@@ -242,6 +254,7 @@ def _screen_info(screen: Screen, zones: dict[str, ZoneInfo]) -> ScreenInfo:
         zone=zone,
         active=screen.active,
         audience_units=scaled_exactly(screen.audience_per_play, AUDIENCE_UNITS_PER_VIEWER),
+        max_audience=bounds.get(screen.publisher_id, DEFAULT_MAX_AUDIENCE_PER_PLAY),
     )
 
 
@@ -259,7 +272,8 @@ def build_snapshot(
 ) -> Snapshot:
     """Index a document for matching. Only active campaigns with approved creatives are kept."""
     zones: dict[str, ZoneInfo] = {}
-    screens = {s.id: _screen_info(s, zones) for s in doc.screens}
+    bounds = {p.id: p.max_audience_per_play for p in doc.publishers}
+    screens = {s.id: _screen_info(s, zones, bounds) for s in doc.screens}
     by_external = {
         (s.publisher_id, s.external_id): s for s in screens.values() if s.external_id is not None
     }

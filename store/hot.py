@@ -244,7 +244,7 @@ def _late() -> RedisTimeoutError:
 INVENTORY_COPY_KEY = "inventory:copy"
 #: The layout of `InventoryCopy` and what it holds. A release that changes either bumps it: its
 #: workers then write the copy again, and never read one of another layout.
-INVENTORY_COPY_FORMAT = 1
+INVENTORY_COPY_FORMAT = 2
 #: How long a worker's claim to write the copy of one stamp keeps the others from writing it.
 COPY_CLAIM_MS = 30_000
 

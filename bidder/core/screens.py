@@ -32,7 +32,13 @@ from matching.inventory import (
     canonical_uuid,
     validate_document,
 )
-from store.inventory_repo import InventoryRejected, fetch_screen, import_document, list_screens
+from store.inventory_repo import (
+    InventoryRejected,
+    fetch_screen,
+    import_document,
+    list_screens,
+    screen_count,
+)
 from store.postgres import Conn
 
 SCREENS_PATH = f"{CORE_PREFIX}/screens"
@@ -274,9 +280,25 @@ async def _save(conn: Conn, screen: Screen) -> Response[bytes] | None:
     return None
 
 
-async def _lock(conn: Conn, screen_id: str) -> None:
-    """Serialise writes to one screen id until the transaction ends."""
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", screen_id)
+async def _lock(conn: Conn, name: str) -> None:
+    """Serialise writes to one screen id (or what else `name` names) until the transaction
+    ends."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", name)
+
+
+async def _within_quota(conn: Conn, publisher_id: str) -> None:
+    """409 when the publisher holds its `max_screens` already (inactive screens count: they
+    stay stored and can be activated again). Registrations of one publisher take turns here
+    until their transaction ends, so two cannot pass the last free place together."""
+    await _lock(conn, f"screen quota of {publisher_id}")
+    held, quota = await screen_count(conn, publisher_id)
+    if held >= quota:
+        raise ServiceError(
+            f"Screen quota reached: this publisher holds {held} screens (inactive ones "
+            f"included) and may hold {quota}; ask the operator to raise its max_screens",
+            status=409,
+            code="SCREEN_QUOTA_REACHED",
+        )
 
 
 async def _owned(conn: Conn, caller: Caller, screen_id: str) -> Screen:
@@ -319,6 +341,7 @@ async def register_screen(request: Request[Any, Any, Any]) -> Response[bytes]:
             raise ServiceError(
                 f"A screen with id {screen_id} already exists", status=409, code="CONFLICT"
             )
+        await _within_quota(conn, caller.publisher_id)
         rejected = await _save(conn, screen)
         if rejected:
             return rejected

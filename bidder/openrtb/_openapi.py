@@ -7,6 +7,7 @@ from functools import cache
 from typing import Any
 
 from bidder.deprecation import DEPRECATION_MESSAGE, OPENRTB_PREFIX
+from bidder.openrtb._request import MAX_ID_CHARS
 from bidder.settings import Settings
 
 VALIDATION_ORDER = (
@@ -32,15 +33,15 @@ Validation runs in this order and the first failing rule answers 400 with its co
    by the rule that reads it, below);
 2. `MULTI_IMP_NOT_SUPPORTED`: not exactly one impression (zero included), `details.imp_count`;
 3. `NOT_FIXED_PRICE`: `at` is not 3, or `imp[0].pmp.deals[0].at` is absent or not 3;
-4. `NO_EXTERNAL_SCREEN_ID`: `imp[0].tagid` missing or empty;
+4. `NO_EXTERNAL_SCREEN_ID`: `imp[0].tagid` missing, empty or above 256 characters;
 5. `NO_VIDEO_OBJECT`: `imp[0].video` missing, or `imp[0].banner` present;
 6. `NO_RESOLUTION`: `video.w` or `video.h` missing or not a positive integer;
-7. `NO_PMP_DEALS`: `imp[0].pmp.deals` missing or empty, or `deals[0]` without `id` or a
-   `bidfloor` of 0 or more;
+7. `NO_PMP_DEALS`: `imp[0].pmp.deals` missing or empty, or `deals[0]` without `id` (1 to 256
+   characters) or a `bidfloor` of 0 or more;
 8. `NO_TOTAL_AUDIENCE`: no `imp[0].qty.multiplier` > 0 and, when `qty` is absent, no
    `imp[0].ext.totalaud` > 0. When `qty` is sent its multiplier is used, with no fallback;
 9. `INVALID_REQUEST`: a request that meets every rule above but lacks `id` or `imp[0].id` (a
-   non-empty string each), or whose `video.mimes` is not an array of strings.
+   string of 1 to 256 characters each), or whose `video.mimes` is not an array of strings.
 
 A container of the wrong JSON type counts as absent for the rule that reads it: `"video": "x"`
 is `NO_VIDEO_OBJECT`, an `imp` that is not an array holds no impression
@@ -48,6 +49,8 @@ is `NO_VIDEO_OBJECT`, an `imp` that is not an array holds no impression
 still sent, so it is `NO_TOTAL_AUDIENCE` with no fallback.
 
 The screen is `imp[0].tagid` among the external ids of the key's publisher (unknown: 204). An
+audience above the publisher's `max_audience_per_play` (50,000 unless the operator sets
+another) is not bid on (204). An
 asset whose MIME type is not in `video.mimes` is not offered (no `mimes`: any type; an empty
 list: none, so 204). The
 minimum bid is `bidfloor` x audience / 10 cents, rounded up to a whole cent. `price` is the
@@ -113,7 +116,12 @@ def _schemas() -> dict[str, Any]:
             "tolerated.",
             "required": ["id", "at", "imp"],
             "properties": {
-                "id": {"type": "string", "minLength": 1, "description": "Auction id."},
+                "id": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_ID_CHARS,
+                    "description": "Auction id.",
+                },
                 "at": {"type": "integer", "enum": [3], "description": "Fixed price only."},
                 "imp": {
                     "type": "array",
@@ -140,10 +148,11 @@ def _schemas() -> dict[str, Any]:
                 },
             ],
             "properties": {
-                "id": {"type": "string", "minLength": 1},
+                "id": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
                 "tagid": {
                     "type": "string",
                     "minLength": 1,
+                    "maxLength": MAX_ID_CHARS,
                     "description": "The publisher's external screen id.",
                 },
                 "banner": {
@@ -179,7 +188,11 @@ def _schemas() -> dict[str, Any]:
                                 "type": "object",
                                 "required": ["id", "bidfloor", "at"],
                                 "properties": {
-                                    "id": {"type": "string", "minLength": 1},
+                                    "id": {
+                                        "type": "string",
+                                        "minLength": 1,
+                                        "maxLength": MAX_ID_CHARS,
+                                    },
                                     "bidfloor": {
                                         "type": "number",
                                         "minimum": 0,

@@ -36,6 +36,10 @@ MAX_AUDIENCE = Decimal(10) ** 10
 #: what Decimal's arithmetic keeps exactly, so the price uses every digit of the audience the
 #: offer record stores (a Postgres numeric would refuse more than 16,383 decimals outright).
 AUDIENCE_QUANTUM = Decimal(10) ** -18
+#: The longest `id`, `imp[0].id`, `imp[0].tagid` and `pmp.deals[0].id` (characters): room for
+#: any SSP's UUIDs and composite ids, while a bid's record and answer stay small (the ids are
+#: echoed and kept with the bid until it is settled).
+MAX_ID_CHARS = 256
 
 
 class Video(msgspec.Struct):
@@ -118,17 +122,19 @@ def _number(value: Any) -> Decimal | None:
     return None
 
 
-def _non_empty_string(value: Any) -> TypeGuard[str]:
-    return type(value) is str and value != ""
+def _id_string(value: Any) -> TypeGuard[str]:
+    """An id this interface takes: a string of 1 to MAX_ID_CHARS characters."""
+    return type(value) is str and 0 < len(value) <= MAX_ID_CHARS
 
 
 def request_id_of(body: bytes) -> str:
-    """The BidRequest id if the body has a string one, else an empty string."""
+    """The BidRequest id if the body has one this interface takes (`_id_string`), else an
+    empty string."""
     try:
         view = _id_decoder.decode(body)
     except UNREADABLE_JSON:
         return ""
-    return view.id if isinstance(view.id, str) else ""
+    return view.id if _id_string(view.id) else ""
 
 
 def _tree_with_big_integers(body: bytes) -> Any:
@@ -229,8 +235,12 @@ def _judge(request: BidRequestView) -> BidAsk:
     imp = imps[0]
     _check_fixed_price(request.at, imp)
 
-    if not _non_empty_string(imp.tagid):
-        raise _invalid("NO_EXTERNAL_SCREEN_ID", "imp[0].tagid (the external screen id) is required")
+    if not _id_string(imp.tagid):
+        raise _invalid(
+            "NO_EXTERNAL_SCREEN_ID",
+            f"imp[0].tagid (the external screen id) is required: a string of 1 to {MAX_ID_CHARS} "
+            "characters",
+        )
 
     video = imp.video
     if video is None or imp.banner is not None:
@@ -247,10 +257,15 @@ def _judge(request: BidRequestView) -> BidAsk:
     deal = _first_deal(imp)
     audience, floor_audience = _audience(imp)
 
-    if not _non_empty_string(request.id):
-        raise _invalid("INVALID_REQUEST", "BidRequest.id is required (a non-empty string)")
-    if not _non_empty_string(imp.id):
-        raise _invalid("INVALID_REQUEST", "imp[0].id is required (a non-empty string)")
+    if not _id_string(request.id):
+        raise _invalid(
+            "INVALID_REQUEST",
+            f"BidRequest.id is required: a string of 1 to {MAX_ID_CHARS} characters",
+        )
+    if not _id_string(imp.id):
+        raise _invalid(
+            "INVALID_REQUEST", f"imp[0].id is required: a string of 1 to {MAX_ID_CHARS} characters"
+        )
     mimes = _mimes(video.mimes)
     return BidAsk(
         request_id=request.id,
@@ -308,8 +323,11 @@ def _first_deal(imp: Imp) -> tuple[str, Decimal]:
     if not isinstance(first, dict):
         raise _invalid("NO_PMP_DEALS", "imp[0].pmp.deals[0] must be a deal object")
     deal_id = first.get("id")
-    if not _non_empty_string(deal_id):
-        raise _invalid("NO_PMP_DEALS", "imp[0].pmp.deals[0].id is required")
+    if not _id_string(deal_id):
+        raise _invalid(
+            "NO_PMP_DEALS",
+            f"imp[0].pmp.deals[0].id is required: a string of 1 to {MAX_ID_CHARS} characters",
+        )
     floor = _number(first.get("bidfloor"))
     if floor is None or floor < 0:
         raise _invalid(

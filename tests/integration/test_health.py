@@ -19,7 +19,7 @@ from bidder.core._common import CORE_PREFIX
 from bidder.observability import request_id_var
 from bidder.runtime import Runtime
 from bidder.signing import signer
-from store.hot import INVENTORY_COPY_KEY, decode_inventory_copy
+from store.hot import INVENTORY_COPY_FORMAT, INVENTORY_COPY_KEY, decode_inventory_copy
 from store.local_servers import PostgresServer, free_port
 from store.postgres import migrate
 from tests.conftest import SIGNING_SECRETS, ServerUrls, make_settings, wait_for_inventory
@@ -156,13 +156,18 @@ async def test_without_postgres_or_a_copy_a_worker_is_not_ready(
     ("stamp", "secret", "copy", "mac"),
     [
         # Not msgpack of an inventory copy, though signed right.
-        ("1:7", SIGNING_SECRETS.split(",")[0], b"\x93\x07\xa1x", None),
+        (f"{INVENTORY_COPY_FORMAT}:7", SIGNING_SECRETS.split(",")[0], b"\x93\x07\xa1x", None),
         # Another release's layout.
         ("999:7", SIGNING_SECRETS.split(",")[0], b"\x93\x07\x80\x90", None),
         # Written by something that does not hold a signing secret: keys it brings are refused.
-        ("1:7", "not-a-configured-secret-0123", b"\x93\x07\x80\x90", None),
+        (f"{INVENTORY_COPY_FORMAT}:7", "not-a-configured-secret-0123", b"\x93\x07\x80\x90", None),
         # A signature that is no token at all (compare_digest refuses non-ASCII text).
-        ("1:7", SIGNING_SECRETS.split(",")[0], b"\x93\x07\x80\x90", "forg\u00e9"),
+        (
+            f"{INVENTORY_COPY_FORMAT}:7",
+            SIGNING_SECRETS.split(",")[0],
+            b"\x93\x07\x80\x90",
+            "forg\u00e9",
+        ),
     ],
 )
 async def test_a_copy_that_is_unusable_is_not_served_and_the_log_says_so_once(

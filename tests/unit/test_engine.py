@@ -28,6 +28,7 @@ from tests.factories import (
     basic_document,
     campaign,
     creative,
+    publisher,
     screen,
     uid,
 )
@@ -398,3 +399,44 @@ def test_an_openrtb_slot_with_an_exact_fit_below_the_floor_is_no_bid_not_a_size_
     assert _select(snap, slot=VideoSlot(640, 360, None), audience=Decimal(10)) == NoMatch(
         "resolution_mismatch"
     )
+
+
+# -- bounds: no play drains a budget (issue 21) ----------------------------------------------
+
+
+def test_a_campaign_never_serves_a_play_that_costs_more_than_its_cap() -> None:
+    # 250 cents CPM x 10 viewers / 1000 = 2.5 cents a play on the moving screen.
+    capped = campaign(max_price_per_play_cents=Decimal("2.499999"))
+    cheaper = campaign(id=CAMPAIGN_B, name="Cheaper", cpm_cents=Decimal(100))
+    creatives = [creative(), creative(id=uid(9, 5), campaign_id=CAMPAIGN_B)]
+    assert _select(_snapshot(campaigns=[capped], creatives=creatives[:1])) == NoMatch("no_eligible")
+    # Skipped, not priced down: the next campaign wins at its own price (1 cent).
+    outcome = _select(_snapshot(campaigns=[capped, cheaper], creatives=creatives))
+    assert isinstance(outcome, Match)
+    assert (outcome.campaign.id, outcome.price_micros) == (CAMPAIGN_B, 1_000_000)
+    at_cap = _select(
+        _snapshot(campaigns=[campaign(max_price_per_play_cents=Decimal("2.5"))]),
+    )
+    assert isinstance(at_cap, Match)
+    assert at_cap.price_micros == 2_500_000
+
+
+def test_the_cap_applies_to_an_openrtb_audience_too() -> None:
+    snap = _snapshot(campaigns=[campaign(max_price_per_play_cents=Decimal(25))])
+    # 250 x 100 / 1000 = 25 cents: at the cap; 100.0001 viewers: above it.
+    assert isinstance(_select(snap, audience=Decimal(100)), Match)
+    assert _select(snap, audience=Decimal("100.0001")) == NoMatch("no_eligible")
+
+
+def test_an_openrtb_audience_above_the_publishers_bound_is_no_bid() -> None:
+    bounded = _snapshot(
+        publishers=[publisher(max_audience_per_play=Decimal(1000)), publisher(id=PUB_OTHER)]
+    )
+    assert isinstance(_select(bounded, audience=Decimal(1000)), Match)
+    assert _select(bounded, audience=Decimal("1000.0001")) == NoMatch("audience_above_bound")
+    # Without a bound of its own a publisher has the default: 50,000 viewers.
+    default = _snapshot()
+    assert isinstance(_select(default, audience=Decimal(50_000)), Match)
+    assert _select(default, audience=Decimal(50_001)) == NoMatch("audience_above_bound")
+    # The other publisher's bound is its own.
+    assert isinstance(_select(bounded, SCREEN_OTHER_PUB, audience=Decimal(5000)), Match)

@@ -469,7 +469,99 @@ CASES: list[tuple[str, Callable[[], InventoryDocument], set[Where]]] = [
         lambda: basic_document(screens=[screen(name="Lobby\x0b")]),
         {("screens", 0, "name")},
     ),
+    # bounds of an audience and of a price per play (issue 21: no budget drain)
+    (
+        "screen audience above its publisher's default bound of 50,000",
+        lambda: basic_document(screens=[screen(audience_per_play=Decimal("50000.0001"))]),
+        {("screens", 0, "audience_per_play")},
+    ),
+    (
+        "screen audience above the bound its publisher sets",
+        lambda: basic_document(
+            publishers=[publisher(max_audience_per_play=Decimal(50)), publisher(id=PUB_OTHER)],
+            screens=[screen(audience_per_play=Decimal("50.0001"))],
+        ),
+        {("screens", 0, "audience_per_play")},
+    ),
+    (
+        "publisher bound of 0, of 10 billion, with 5 decimals",
+        lambda: basic_document(
+            publishers=[
+                publisher(max_audience_per_play=Decimal(0)),
+                publisher(id=uid(7, 1), max_audience_per_play=Decimal("1e10")),
+                publisher(id=uid(8, 1), max_audience_per_play=Decimal("1.00001")),
+                publisher(id=PUB_OTHER),
+            ]
+        ),
+        {
+            ("publishers", 0, "max_audience_per_play"),
+            ("publishers", 1, "max_audience_per_play"),
+            ("publishers", 2, "max_audience_per_play"),
+        },
+    ),
+    (
+        "negative screen quota",
+        lambda: basic_document(publishers=[publisher(max_screens=-1), publisher(id=PUB_OTHER)]),
+        {("publishers", 0, "max_screens")},
+    ),
+    (
+        "price cap of 0 and of 1e400 cents",
+        lambda: basic_document(
+            campaigns=[
+                campaign(max_price_per_play_cents=Decimal(0)),
+                campaign(id=uid(9, 4), max_price_per_play_cents=Decimal("1e400")),
+            ]
+        ),
+        {
+            ("campaigns", 0, "max_price_per_play_cents"),
+            ("campaigns", 1, "max_price_per_play_cents"),
+        },
+    ),
+    # sizes: names 200, external ids 128 characters (docs/api-core.md, "Limits")
+    (
+        "names one character too long",
+        lambda: basic_document(
+            publishers=[publisher(name="p" * 201), publisher(id=PUB_OTHER)],
+            advertisers=[advertiser(name="a" * 201)],
+            screens=[screen(name="s" * 201)],
+            campaigns=[campaign(name="c" * 201)],
+        ),
+        {
+            ("publishers", 0, "name"),
+            ("advertisers", 0, "name"),
+            ("screens", 0, "name"),
+            ("campaigns", 0, "name"),
+        },
+    ),
+    (
+        "external id of 129 characters, venue type of 129, asset URL of 2,049",
+        lambda: basic_document(
+            screens=[screen(external_id="e" * 129, venue_type="v" * 129)],
+            creatives=[creative(url="https://cdn.example/" + "a" * 2025 + ".mp4")],
+        ),
+        {("screens", 0, "external_id"), ("screens", 0, "venue_type"), ("creatives", 0, "url")},
+    ),
 ]
+
+
+def test_text_at_its_limit_and_audience_at_its_bound_are_valid() -> None:
+    doc = basic_document(
+        publishers=[
+            publisher(name="p" * 200, max_audience_per_play=Decimal("12.5")),
+            publisher(id=PUB_OTHER),
+        ],
+        screens=[screen(name="s" * 200, external_id="e" * 128, audience_per_play=Decimal("12.5"))],
+        campaigns=[campaign(name="c" * 200, max_price_per_play_cents=Decimal("0.000001"))],
+    )
+    assert validate_document(doc) == []
+
+
+def test_a_stored_publishers_bound_applies_to_a_screen_of_the_document() -> None:
+    doc = InventoryDocument(screens=[screen(audience_per_play=Decimal(51))])
+    found = validate_document(doc, known_publishers={PUB}, audience_bounds={PUB: Decimal(50)})
+    assert [(p.list, p.field) for p in found] == [("screens", "audience_per_play")]
+    assert "at most 50" in found[0].message
+    assert validate_document(doc, known_publishers={PUB}, audience_bounds={PUB: Decimal(51)}) == []
 
 
 def test_tab_line_feed_and_carriage_return_are_text_xml_carries() -> None:
@@ -481,10 +573,19 @@ def test_the_largest_values_the_columns_hold_are_valid() -> None:
     doc = basic_document(
         screens=[screen(audience_per_play=Decimal("9999999999.9999"), width=2**31 - 1)],
         publishers=[
-            publisher(commission_rate=Decimal("0.123456")),
+            publisher(
+                commission_rate=Decimal("0.123456"),
+                max_audience_per_play=Decimal("9999999999.9999"),
+                max_screens=2**31 - 1,
+            ),
             publisher(id=PUB_OTHER, name="Other Screens"),
         ],
-        campaigns=[campaign(max_plays_per_screen_per_hour=2**31 - 1)],
+        campaigns=[
+            campaign(
+                max_plays_per_screen_per_hour=2**31 - 1,
+                max_price_per_play_cents=Decimal("9000000000"),
+            )
+        ],
     )
     assert validate_document(doc) == []
 

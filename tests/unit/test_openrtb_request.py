@@ -220,3 +220,24 @@ def test_the_minimum_bid_uses_the_audience_as_sent() -> None:
     ask = parse_bid_request(raw.replace('"@@a@@"', "1.0000000000000000004").encode())
     assert ask.audience == Decimal("1.000000000000000000")
     assert openrtb_min_bid_micros(ask.bidfloor, ask.floor_audience) == 2 * MICROS_PER_CENT
+
+
+@pytest.mark.parametrize(
+    ("path", "code"),
+    [
+        ("id", "INVALID_REQUEST"),
+        ("imp__0__id", "INVALID_REQUEST"),
+        ("imp__0__tagid", "NO_EXTERNAL_SCREEN_ID"),
+        ("imp__0__pmp__deals__0__id", "NO_PMP_DEALS"),
+    ],
+)
+def test_ids_hold_at_most_256_characters(path: str, code: str) -> None:
+    """docs/api-openrtb.md, "Limits": each id is 1 to 256 characters, else its rule's code."""
+    assert code_of(json.dumps(body(**{path: "é" * 257})).encode()) == code
+    ask = parse_bid_request(json.dumps(body(**{path: "é" * 256})).encode())
+    assert "é" * 256 in (ask.request_id, ask.imp_id, ask.tagid, ask.deal_id)
+
+
+def test_an_id_above_the_limit_is_not_echoed_in_a_no_bid() -> None:
+    assert request_id_of(json.dumps(body(id="a" * 256)).encode()) == "a" * 256
+    assert request_id_of(json.dumps(body(id="a" * 257)).encode()) == ""
