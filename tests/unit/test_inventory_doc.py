@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from matching.inventory import InventoryDocument, validate_document
+from matching.inventory import TEXT_LIMITS, InventoryDocument, validate_document
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "inventory.md"
 #: The section of the document itself; every other section names its path in backticks.
@@ -84,6 +84,21 @@ def _sections() -> dict[str, dict[str, str]]:
     return sections
 
 
+def _rows(list_name: str) -> dict[str, str]:
+    """The whole table rows of one list's section (`screens` for `screens[]`), by field."""
+    rows: dict[str, str] = {}
+    inside = False
+    for line in PAGE.read_text().splitlines():
+        heading = _HEADING.match(line)
+        if heading is not None:
+            inside = heading["title"].rstrip().endswith(f"(`{list_name}[]`)")
+            continue
+        row = _ROW.match(line)
+        if inside and row is not None:
+            rows[row["field"]] = line
+    return rows
+
+
 def test_every_type_of_the_document_has_a_section_and_no_section_names_another() -> None:
     assert set(_sections()) == set(_structs())
 
@@ -130,3 +145,10 @@ def test_the_pages_example_is_a_document_without_problems() -> None:
     doc = msgspec.json.decode(example["json"], type=InventoryDocument)
     assert validate_document(doc) == []
     assert all(getattr(doc, name) for name in _structs()[""].__struct_fields__)
+
+
+@pytest.mark.parametrize("list_name", sorted(TEXT_LIMITS))
+def test_every_text_limit_is_documented_on_its_row(list_name: str) -> None:
+    rows = _rows(list_name)
+    for field, limit in TEXT_LIMITS[list_name].items():
+        assert f"at most {limit:,} characters" in rows[field], f"{list_name}[].{field}"
