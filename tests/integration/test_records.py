@@ -159,7 +159,11 @@ async def test_poison_entries_go_to_the_dead_letter_stream_and_the_rest_is_writt
     assert errors[0].startswith("CheckViolationError")
     assert errors[1].startswith("RecordError")
     assert {entry[b"src_stream"] for _, entry in dead} == {queue_key(shard).encode()}
-    assert metrics.records_dead_lettered._value.get() == 2
+    reasons = sorted(entry[b"reason"].decode() for _, entry in dead)
+    assert reasons == ["refused", "undecodable"]
+    dead_counted = metrics.records_dead_lettered
+    assert dead_counted.labels("offer_rejected", "refused")._value.get() == 1
+    assert dead_counted.labels("offer_created", "undecodable")._value.get() == 1
     async with pool.acquire() as conn:
         await assert_exactly_once(conn, expected)
         await assert_balanced(redis_client, conn)
