@@ -142,23 +142,12 @@ def loose_int(value: object) -> int | None:
 
 
 def _text_or_none(value: object) -> str | None:
-    """Client-supplied text as Postgres can store it: a NUL (which `text` and `jsonb` refuse,
-    so the record would be dead-lettered after its request was acknowledged) becomes U+FFFD."""
+    """Client-supplied text as Postgres can store it: a NUL (which `text` refuses, so the
+    record would be dead-lettered after its request was acknowledged) becomes U+FFFD."""
     if value is None:
         return None
     text = str(value)
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
-
-
-def _storable_json(value: Any) -> Any:
-    """A client's JSON value with every NUL in its strings (keys too) replaced as above."""
-    if isinstance(value, str):
-        return _text_or_none(value)
-    if isinstance(value, list):
-        return [_storable_json(item) for item in value]
-    if isinstance(value, dict):
-        return {_text_or_none(k): _storable_json(v) for k, v in value.items()}
-    return value
 
 
 #: Largest value of a Postgres `integer` column.
@@ -283,14 +272,15 @@ def _add_playout(rows: Rows, entry: Entry, deal: dict[str, Any], p: dict[str, An
 
 
 def loss_body_json(p: dict[str, Any]) -> str | None:
-    """The JSON text a loss notice's body is stored as: `body_json`, the body exactly as the
-    SSP sent it (the edge checked it is JSON); else `body`, a text that is not JSON (or a value
-    queued by an older version), encoded as JSON."""
+    """The JSON text a loss notice's body is stored as (a `json` column, which keeps the text
+    and takes a NUL as its `\u0000` escape): `body_json`, the body exactly as the SSP sent it
+    (the edge checked it is JSON); else `body`, a text that is not JSON (or the value an older
+    version queued), encoded as JSON."""
     exact = p.get("body_json")
     if isinstance(exact, str):
         return exact
     body = p.get("body")
-    return None if body is None else msgspec.json.encode(_storable_json(body)).decode()
+    return None if body is None else msgspec.json.encode(body).decode()
 
 
 def _add_loss(

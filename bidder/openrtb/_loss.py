@@ -32,7 +32,7 @@ from bidder.settings import Settings
 from bidder.signing import SIGNATURE_PARAM, query_values, signer, url_value, verify
 from bidder.vast import macro_value
 from bidder.web import runtime_of
-from matching.money import MoneyError, json_decimal, parse_cents
+from matching.money import is_decimal_text, json_decimal
 from store.hot import REDIS_DOWN, epoch_ms
 
 MAX_QUERY_BYTES = 4 * 1024
@@ -147,15 +147,16 @@ MAX_REASON = 2**31 - 1
 def _decimal(value: str | None, name: str) -> str | None:
     """A CPM macro as the text of the number stored: as written, or rounded half up to six
     decimals (the column's) when it has more; None when the value is no number (an
-    unsubstituted macro; as `parse_cents` reads a number written as text). A number of 10**14
+    unsubstituted macro; as `is_decimal_text` reads a number written as text). A number of 10**14
     or more in magnitude is refused: no auction clears there, and the column cannot hold it."""
     text = macro_value(value)
     if text is None:
         return None
-    try:
-        amount = parse_cents(text)
-    except MoneyError:
+    if not is_decimal_text(text):
         return None
+    # An exponent beyond Decimal's (1e99999999999999999999) is read as the furthest it holds,
+    # on its side: huge is refused below, tiny rounds to zero.
+    amount = json_decimal(text)
     # Judged on the digits (adjusted()), never in a context that would overflow on 1e1000000;
     # rounded only once it is known to fit, and judged again (99999999999999.9999999 rounds up).
     if amount and amount.adjusted() >= MAX_CPM_DIGITS:
