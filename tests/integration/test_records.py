@@ -22,6 +22,7 @@ from matching.money import split_gross
 from store import record_rows, records
 from store.hot import QUEUE_GROUP, Answered, Reserved, queue_key, queue_keys
 from store.postgres import create_pool
+from store.reconcile import check_balances
 from store.records import RecordWriter, dead_letter_key, ensure_groups
 from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING
 from tests.integration._records_support import (
@@ -496,3 +497,7 @@ async def test_a_record_that_raises_anything_is_isolated_and_its_batch_commits(
     async with pool.acquire() as conn:
         await assert_exactly_once(conn, expected)
         await assert_balanced(redis_client, conn)
+        # Reconcile says so too, and reads past the two billing entries it cannot read.
+        report = await check_balances(redis_client, conn)
+    assert (report.dead_letters, report.unreadable, report.differing) == (6, 2, {})
+    assert "DEAD LETTERS 6" in report.render()
