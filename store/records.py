@@ -54,7 +54,8 @@ _BACKOFF_START_S = 0.05
 _BACKOFF_CAP_S = 2.0
 _IDLE_CONSUMER_MS = 3_600_000
 # Pauses before this writer tries again an entry that waits for a parent row another writer
-# holds (the deal of a playout confirmed right after its accept); after them, the reclaim.
+# holds (the deal of a playout confirmed right after its accept), or that an error of no known
+# class refused; after them, the reclaim.
 _PARENT_RETRY_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 # Errors an entry's own content causes: retrying the same rows fails the same way, so a lone
 # entry refused with one of them is dead-lettered at once.
@@ -366,7 +367,9 @@ class RecordWriter:
             deliveries = int(info[0]["times_delivered"]) if info else MAX_DELIVERIES
             if deliveries < MAX_DELIVERIES:
                 log.warning(
-                    "record write refused, retrying it alone",
+                    "record waits for a missing parent row"
+                    if isinstance(exc, asyncpg.ForeignKeyViolationError)
+                    else "record write failed, retrying it alone",
                     extra={
                         "stream": entry.stream,
                         "entry_id": entry.entry_id,
@@ -381,8 +384,8 @@ class RecordWriter:
         await self.dead_letter(entry, exc, dead_letter_reason(exc))
 
     def _try_again_later(self, entry: Entry) -> None:
-        """Retry an entry waiting for its parent row after the next pause; once the pauses are
-        used up it stays pending for the reclaim."""
+        """Retry an entry waiting for its parent row (or refused by an error of no known class)
+        after the next pause; once the pauses are used up it stays pending for the reclaim."""
         key = (entry.stream, entry.entry_id)
         tries = self._parent_tries.get(key, 0)
         if tries >= len(_PARENT_RETRY_S):
