@@ -198,12 +198,20 @@ class Metrics:
             "Time to write one batch to Postgres",
             registry=r,
         )
+        self.tracking_replays = Counter(
+            "tracking_event_replays",
+            "Tracking pixels fired again for an event of an offer already recorded (not stored)",
+            ["event"],
+            registry=r,
+        )
         self.records_written = Counter(
             "records_written", "Records committed to Postgres", registry=r
         )
         self.records_dead_lettered = Counter(
             "records_dead_lettered",
-            "Poison records moved to a dead-letter stream ({bN}:dead)",
+            "Records moved to a dead-letter stream ({bN}:dead), by record type and reason "
+            "(undecodable, refused, missing_parent, unexpected)",
+            ["type", "reason"],
             registry=r,
         )
         self.record_write_failures = Counter(
@@ -227,6 +235,11 @@ class Metrics:
     def count_loss_notice(self, kind: str) -> None:
         """One more OpenRTB loss notice (first, retry, unknown)."""
         self._child(self.loss_notices, "loss_notices", kind).inc()
+
+    def count_tracking_replay(self, event: str) -> None:
+        """One more tracking pixel for an event already recorded for its offer. `event` comes
+        from a signed URL, so it is one of the service's own event names."""
+        self._child(self.tracking_replays, "tracking_replays", event).inc()
 
     def count_no_bid(self, reason: str) -> None:
         """One more OpenRTB no-bid for this reason."""

@@ -1,10 +1,12 @@
 """The tracking pixel endpoint at the path of TRACKING_BASE_URL, shared by both interfaces.
 
-Every validly signed call is recorded (HotState.track, one Lua step with its record). The
-OpenRTB `impression` on an open bid bills it, exactly once however often it fires: spend at the
-bid price, and a billing record split at the publisher's commission rate. The answer is a 1x1
-transparent GIF, with the OpenRTB interface's deprecation headers when the offer is an OpenRTB
-bid; a forged or altered URL gets 403 and changes nothing.
+A validly signed call is recorded once per offer and event (HotState.track, one Lua step with
+its record); the same event fired again is answered the same pixel and only counted
+(`tracking_event_replays_total{event}`). The OpenRTB `impression` on an open bid bills it,
+exactly once however often it fires: spend at the bid price, and a billing record split at the
+publisher's commission rate. The answer is a 1x1 transparent GIF, with the OpenRTB interface's
+deprecation headers when the offer is an OpenRTB bid; a forged or altered URL gets 403 and
+changes nothing.
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[b
         ) from None
     if tracked.status == "billed":
         rt.metrics.count_bid_outcome("billed")
+    elif tracked.status == "replay":
+        rt.metrics.count_tracking_replay(event)
     if tracked.channel == "openrtb" and not deprecated:
         deprecated = deprecation_headers(rt.settings)
     elif tracked.channel == "core":

@@ -74,6 +74,11 @@ def offer_key(shard: int, offer_id: str) -> str:
     return f"{tag(shard)}:o:{offer_id}"
 
 
+def tracked_key(shard: int, offer_id: str) -> str:
+    """The set of tracking events already recorded for an offer (track.lua)."""
+    return f"{tag(shard)}:ev:{offer_id}"
+
+
 def deal_key(shard: int, deal_id: str) -> str:
     return f"{tag(shard)}:d:{deal_id}"
 
@@ -214,10 +219,11 @@ class NotAnswered(msgspec.Struct, frozen=True):
 
 @dataclass(frozen=True, slots=True)
 class Tracked:
-    """A tracking event's outcome: `billed`, `recorded` or `unknown`, and the channel of its
-    offer (`core` or `openrtb`; "" when the offer is unknown)."""
+    """A tracking event's outcome: `billed`, `recorded`, `replay` (this event of this offer was
+    recorded before: nothing is stored again) or `unknown`, and the channel of its offer
+    (`core` or `openrtb`; "" when the offer is unknown)."""
 
-    status: Literal["billed", "recorded", "unknown"]
+    status: Literal["billed", "recorded", "replay", "unknown"]
     channel: str = ""
 
 
@@ -524,12 +530,17 @@ class HotState:
         payload: Mapping[str, Any],
         billing: Mapping[str, Any],
     ) -> Tracked:
-        """Record a tracking event; an OpenRTB impression bills once."""
+        """Record a tracking event, once per offer and event; an OpenRTB impression bills
+        once."""
         shard = shard_of(offer_id)
         if shard is None:
             return Tracked("unknown")
         today, yesterday = _day_pair(now)
-        keys = [*_offer_keys(shard, offer_id, now, today, yesterday), billing_codes_key(shard)]
+        keys = [
+            *_offer_keys(shard, offer_id, now, today, yesterday),
+            billing_codes_key(shard),
+            tracked_key(shard, offer_id),
+        ]
         await self._connected()
         args: list[Arg] = [
             epoch_ms(now),
@@ -547,6 +558,8 @@ class HotState:
             raise _late()
         if status == "unknown":
             return Tracked("unknown")
+        if status == "replay":
+            return Tracked("replay", _text(result[1]))
         return Tracked("billed" if status == "billed" else "recorded", _text(result[1]))
 
     async def confirm_playout(

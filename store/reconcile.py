@@ -98,6 +98,10 @@ class Report:
     campaigns: dict[str, CampaignCheck] = field(default_factory=dict)
     repaired: list[str] = field(default_factory=list)
     moved: list[str] = field(default_factory=list)
+    # Entries in the dead-letter streams (every type), and billing entries (queued or dead)
+    # whose campaign or amount cannot be read, so no campaign's figures include them.
+    dead_letters: int = 0
+    unreadable: int = 0
 
     @property
     def differing(self) -> dict[str, list[str]]:
@@ -110,6 +114,16 @@ class Report:
                 lines.append(f"DIFF {cid}: {problem}")
         lines += [f"REPAIRED {cid}" for cid in self.repaired]
         lines += [f"MOVED {cid}: counters changed while reconciling, rerun" for cid in self.moved]
+        if self.dead_letters:
+            lines.append(
+                f"DEAD LETTERS {self.dead_letters}: records the writer could not write "
+                "(XRANGE {bN}:dead - +, docs/operations.md)"
+            )
+        if self.unreadable:
+            lines.append(
+                f"UNREADABLE {self.unreadable} billing entries (queued or dead-lettered): "
+                "their amounts are in no campaign's figures"
+            )
         if not self.differing:
             lines.append(
                 "OK: Redis agrees with the records for every campaign (reserved = its open "
@@ -146,19 +160,26 @@ async def _redis_snapshot(redis: Redis, report: Report) -> set[str]:
             )
             check.open_offers_in_redis += int(price)
             check.open_offer_count += 1
+        report.dead_letters += len(dead)
         for entries, dead_letter in ((queued, False), (dead, True)):
             for _, fields in entries:
                 if fields.get(b"t") not in _BILLING_TYPES:
                     continue
-                offer = _json.decode(fields[b"o"])
-                payload = _json.decode(fields[b"p"])
-                cid = offer["campaign"]
+                try:  # a dead letter may be anything: its fields are what could not be read
+                    offer = _json.decode(fields[b"o"])
+                    payload = _json.decode(fields[b"p"])
+                    cid = str(offer["campaign"])
+                    gross = int(payload["gross_micros"])
+                    billing_id = str(payload["billing_id"])
+                except (msgspec.DecodeError, KeyError, TypeError, ValueError):
+                    report.unreadable += 1
+                    continue
                 check = report.campaigns.setdefault(cid, CampaignCheck(cid, shard))
                 if dead_letter:
-                    check.billed_dead_lettered += int(payload["gross_micros"])
+                    check.billed_dead_lettered += gross
                 else:
-                    check.billed_in_queue += int(payload["gross_micros"])
-                queued_ids.add(str(payload["billing_id"]))
+                    check.billed_in_queue += gross
+                queued_ids.add(billing_id)
     return queued_ids
 
 
@@ -278,4 +299,6 @@ def summarize(report: Report) -> dict[str, Any]:
         "differing": len(report.differing),
         "repaired": report.repaired,
         "moved": report.moved,
+        "dead_letters": report.dead_letters,
+        "unreadable_billing_entries": report.unreadable,
     }

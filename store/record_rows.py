@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
 import msgspec
@@ -22,11 +22,15 @@ from store.postgres import Conn
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _FINAL = frozenset({"accepted", "rejected", "expired", "lost", "billed"})
 _STATUSES = _FINAL | {"open"}
-# Above this a NUMERIC(20, 6) column overflows: such a value is dropped (set NULL), not fatal.
-_NUMERIC_LIMIT = Decimal(10) ** 14
+# A NUMERIC(20, 6) column holds 14 digits before the point: a value with more is dropped (set
+# NULL), not fatal.
+_NUMERIC_DIGITS = 14
 # The most decimals a client-supplied number keeps (an OpenRTB audience has up to 18).
 _FINEST_DECIMALS = 20
 _FINEST = Decimal(1).scaleb(-_FINEST_DECIMALS)
+# Room for every digit of a value below 10**14 at _FINEST_DECIMALS decimals, and for the
+# exponents of anything a client writes.
+_WIDE = Context(prec=_NUMERIC_DIGITS + _FINEST_DECIMALS + 2, Emax=MAX_EMAX, Emin=MIN_EMIN)
 _json = msgspec.json.Decoder()
 
 
@@ -120,11 +124,13 @@ def loose_decimal(value: object) -> Decimal | None:
         amount = Decimal(repr(value) if isinstance(value, float) else str(value).strip())
     except InvalidOperation:
         return None
-    if not amount.is_finite() or abs(amount) >= _NUMERIC_LIMIT:
+    # Judged on the digits, never in a Decimal context: abs() or a comparison that rounds
+    # would overflow on `1e1000000` (decimal.Overflow, an ArithmeticError).
+    if not amount.is_finite() or (amount and amount.adjusted() >= _NUMERIC_DIGITS):
         return None
     exponent = amount.as_tuple().exponent
     if isinstance(exponent, int) and exponent < -_FINEST_DECIMALS:
-        amount = amount.quantize(_FINEST, rounding=ROUND_HALF_UP)
+        amount = amount.quantize(_FINEST, rounding=ROUND_HALF_UP, context=_WIDE)
     return amount
 
 
@@ -136,23 +142,12 @@ def loose_int(value: object) -> int | None:
 
 
 def _text_or_none(value: object) -> str | None:
-    """Client-supplied text as Postgres can store it: a NUL (which `text` and `jsonb` refuse,
-    so the record would be dead-lettered after its request was acknowledged) becomes U+FFFD."""
+    """Client-supplied text as Postgres can store it: a NUL (which `text` refuses, so the
+    record would be dead-lettered after its request was acknowledged) becomes U+FFFD."""
     if value is None:
         return None
     text = str(value)
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
-
-
-def _storable_json(value: Any) -> Any:
-    """A client's JSON value with every NUL in its strings (keys too) replaced as above."""
-    if isinstance(value, str):
-        return _text_or_none(value)
-    if isinstance(value, list):
-        return [_storable_json(item) for item in value]
-    if isinstance(value, dict):
-        return {_text_or_none(k): _storable_json(v) for k, v in value.items()}
-    return value
 
 
 #: Largest value of a Postgres `integer` column.
@@ -276,10 +271,21 @@ def _add_playout(rows: Rows, entry: Entry, deal: dict[str, Any], p: dict[str, An
     )
 
 
+def loss_body_json(p: dict[str, Any]) -> str | None:
+    """The JSON text a loss notice's body is stored as (a `json` column, which keeps the text
+    and takes a NUL as its `\u0000` escape): `body_json`, the body exactly as the SSP sent it
+    (the edge checked it is JSON); else `body`, a text that is not JSON (or the value an older
+    version queued), encoded as JSON."""
+    exact = p.get("body_json")
+    if isinstance(exact, str):
+        return exact
+    body = p.get("body")
+    return None if body is None else msgspec.json.encode(body).decode()
+
+
 def _add_loss(
     rows: Rows, entry: Entry, o: dict[str, Any], p: dict[str, Any], x: dict[str, Any]
 ) -> None:
-    body = _storable_json(p.get("body"))
     rows.losses.append(
         (
             o["offer_id"],
@@ -288,7 +294,7 @@ def _add_loss(
             _text_or_none(p.get("cur")),
             loose_decimal(p.get("mtw")),
             _text_or_none(p.get("aid")),
-            body,
+            loss_body_json(p),
             bool(x.get("after_billing", False)),
             micros_to_numeric(x.get("released") or 0),
             ms_to_time(entry.entry_ms),
@@ -329,6 +335,8 @@ _OFFER_KINDS = frozenset(
         "tracking_event",
     }
 )
+#: Every record type the writer knows.
+RECORD_TYPES = _OFFER_KINDS | {"playout_confirmed"}
 
 
 def add_entry(rows: Rows, entry: Entry) -> None:
@@ -456,7 +464,7 @@ _INSERT_LOSS = _Insert(
     "loss_notices",
     "offer_id, reason, price, currency, min_to_win, auction_id, body, after_billing, "
     "released_cents, received_at",
-    "uuid integer numeric text numeric text jsonb boolean numeric timestamptz",
+    "uuid integer numeric text numeric text json boolean numeric timestamptz",
     "ON CONFLICT DO NOTHING",
 )
 _INSERT_TRACKING = _Insert(

@@ -11,13 +11,18 @@ and deletes the entries. So:
 - A writer dies mid-batch: its entries stay pending; after `claim_idle_ms` (30 s) any other
   writer takes them over with XAUTOCLAIM and writes them again (the inserts are idempotent).
 - The same entry delivered twice: the second write changes nothing.
-- A poison entry (undecodable, or refused by a constraint): the batch is bisected until the
-  entry is alone; then it moves to the dead-letter stream `{bN}:dead` of its shard (with the
-  error), atomically with its acknowledgement, and is counted and logged. An entry refused only
-  for a missing deal (a playout whose `offer_accepted` is still with another writer) is left
-  pending and retried: by the same writer after a short pause (0.1 s, doubling, six times), so
-  it lands as soon as its deal does, then through reclaim; it is dead-lettered only after
-  `MAX_DELIVERIES`.
+- A poison entry: any exception while decoding it, or while writing a batch that is not an
+  outage of Postgres, isolates it. An entry that cannot be decoded is dead-lettered at once.
+  A batch Postgres (or the driver) refuses is bisected, each half its own transaction, until
+  the bad entry is alone, so every other entry of the batch commits and is acknowledged; the
+  lone entry then moves to the dead-letter stream `{bN}:dead` of its shard (with its error and
+  a `reason`), atomically with its acknowledgement, and is counted
+  (`records_dead_lettered_total{type,reason}`) and logged. A refusal that may pass later (a
+  missing deal: a playout whose `offer_accepted` is still with another writer; or an error of
+  no known data class) is left pending and retried: by the same writer after a short pause
+  (0.1 s, doubling, six times), then through reclaim; it is dead-lettered after
+  `MAX_DELIVERIES`. Only an outage (no connection, a server shutting down, out of resources,
+  a serialization failure) retries the whole batch, and it never dead-letters anything.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from store.hot import QUEUE_GROUP, connect, queue_keys, tag
-from store.record_rows import Entry, RecordError, Rows, add_entry, write_rows
+from store.record_rows import RECORD_TYPES, Entry, RecordError, Rows, add_entry, write_rows
 
 log = logging.getLogger("store.records")
 
@@ -49,15 +54,50 @@ _BACKOFF_START_S = 0.05
 _BACKOFF_CAP_S = 2.0
 _IDLE_CONSUMER_MS = 3_600_000
 # Pauses before this writer tries again an entry that waits for a parent row another writer
-# holds (the deal of a playout confirmed right after its accept); after them, the reclaim.
+# holds (the deal of a playout confirmed right after its accept), or that an error of no known
+# class refused; after them, the reclaim.
 _PARENT_RETRY_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
-# Errors that an entry's own content causes: retrying the same rows fails the same way.
-_DATA_ERRORS = (
+# Errors an entry's own content causes: retrying the same rows fails the same way, so a lone
+# entry refused with one of them is dead-lettered at once.
+_DATA_ERRORS: tuple[type[BaseException], ...] = (
     RecordError,
     asyncpg.DataError,
-    asyncpg.IntegrityConstraintViolationError,
+    asyncpg.IntegrityConstraintViolationError,  # a foreign key may still arrive: see _refused
+    asyncpg.exceptions.ProgramLimitExceededError,
+    asyncpg.exceptions.CardinalityViolationError,
     ValueError,  # asyncpg's client-side "invalid input for query argument" is a ValueError
+    TypeError,
+    ArithmeticError,  # decimal.Overflow and the like, on a value no column holds
 )
+# Failures outside every record's content: Postgres unreachable, shutting down, out of
+# resources, or a transaction to run again. The whole batch is retried, nothing dead-lettered.
+_OUTAGES: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.InterfaceError,
+    # The driver's state confused by a server shutting down mid-release ("cannot switch to
+    # state 15"): the batch is retried like any outage, not left pending for the 30 s reclaim
+    # (the writes are idempotent).
+    asyncpg.InternalClientError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.InsufficientResourcesError,
+    asyncpg.exceptions.PostgresSystemError,
+    asyncpg.exceptions.TransactionRollbackError,
+)
+
+
+def dead_letter_reason(exc: BaseException, *, decoding: bool = False) -> str:
+    """The `reason` of a dead-lettered entry: `undecodable` (its fields are no record),
+    `missing_parent` (its deal never came), `refused` (Postgres or the driver refused a value),
+    `unexpected` (any other error, after its retries)."""
+    if decoding:
+        return "undecodable"
+    if isinstance(exc, asyncpg.ForeignKeyViolationError):
+        return "missing_parent"
+    if isinstance(exc, _DATA_ERRORS):
+        return "refused"
+    return "unexpected"
 
 
 def dead_letter_key(shard: int) -> str:
@@ -252,24 +292,28 @@ class RecordWriter:
         """Write `batch` and acknowledge what was written or dead-lettered. Raises
         PostgresUnavailable (with the unwritten entries still pending) when Postgres fails;
         RedisError when the acknowledgement fails (the entries are then written but pending:
-        a later delivery is harmless)."""
+        a later delivery is harmless). No entry's content makes it raise."""
         rows = Rows()
         decodable: list[Entry] = []
         batch = [e for e in batch if (e.stream, e.entry_id) not in self._handled]
         for entry in batch:
             try:
                 add_entry(rows, entry)
-            except RecordError as exc:
-                await self.dead_letter(entry, exc)
+            except Exception as exc:  # decoding is pure: the same entry fails the same way
+                await self.dead_letter(entry, exc, dead_letter_reason(exc, decoding=True))
                 continue
             decodable.append(entry)
         if decodable:
             await self._write_isolating(decodable, rows)
 
     async def _write_isolating(self, entries: list[Entry], rows: Rows | None = None) -> None:
+        """Commit `entries`; when they are refused for anything but an outage, bisect until
+        the entry at fault is alone, so every other one commits."""
         try:
             await self._commit(entries, rows)
-        except _DATA_ERRORS as exc:
+        except PostgresUnavailable:
+            raise
+        except Exception as exc:
             if len(entries) == 1:
                 await self._refused(entries[0], exc)
                 return
@@ -285,23 +329,18 @@ class RecordWriter:
         started = time.perf_counter()
         try:
             pool = await self.get_pool()
-            async with pool.acquire() as conn:
-                await write_rows(conn, rows)
-        except _DATA_ERRORS:
-            self._count_failure("data")
-            raise
-        except (
-            OSError,
-            asyncpg.PostgresError,
-            asyncpg.InterfaceError,
-            # The driver's state confused by a server shutting down mid-release ("cannot switch
-            # to state 15"): the batch is retried like any outage, not left pending for the
-            # 30 s reclaim (the writes are idempotent).
-            asyncpg.InternalClientError,
-            TimeoutError,
-        ) as exc:
+        except Exception as exc:  # reaching Postgres is never about the records
             self._count_failure("postgres")
             raise PostgresUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            async with pool.acquire() as conn:
+                await write_rows(conn, rows)
+        except _OUTAGES as exc:
+            self._count_failure("postgres")
+            raise PostgresUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        except Exception:
+            self._count_failure("data")
+            raise
         elapsed = time.perf_counter() - started
         await self.ack(entries)
         if self.metrics is not None:
@@ -314,31 +353,39 @@ class RecordWriter:
             self.metrics.record_write_failures.labels(reason).inc()
 
     async def _refused(self, entry: Entry, exc: Exception) -> None:
-        """A lone entry Postgres refuses. A missing parent row may still arrive (another
-        writer holds it): leave the entry pending, up to MAX_DELIVERIES deliveries."""
-        if isinstance(exc, asyncpg.ForeignKeyViolationError):
+        """A lone entry that cannot be written. Refused for its data: dead-lettered now. A
+        missing parent row may still arrive (another writer holds it), and an error of no
+        known data class may pass: such an entry is left pending, up to MAX_DELIVERIES
+        deliveries, then dead-lettered too."""
+        doubtful = isinstance(exc, asyncpg.ForeignKeyViolationError) or not isinstance(
+            exc, _DATA_ERRORS
+        )
+        if doubtful:
             info = await self.redis.xpending_range(
                 entry.stream, QUEUE_GROUP, entry.entry_id, entry.entry_id, 1
             )
             deliveries = int(info[0]["times_delivered"]) if info else MAX_DELIVERIES
             if deliveries < MAX_DELIVERIES:
                 log.warning(
-                    "record waits for a missing parent row",
+                    "record waits for a missing parent row"
+                    if isinstance(exc, asyncpg.ForeignKeyViolationError)
+                    else "record write failed, retrying it alone",
                     extra={
                         "stream": entry.stream,
                         "entry_id": entry.entry_id,
                         "type": entry.kind,
                         "deliveries": deliveries,
+                        "error": f"{type(exc).__name__}: {exc}"[:300],
                     },
                 )
                 self._handled.add((entry.stream, entry.entry_id))
                 self._try_again_later(entry)
                 return
-        await self.dead_letter(entry, exc)
+        await self.dead_letter(entry, exc, dead_letter_reason(exc))
 
     def _try_again_later(self, entry: Entry) -> None:
-        """Retry an entry waiting for its parent row after the next pause; once the pauses are
-        used up it stays pending for the reclaim."""
+        """Retry an entry waiting for its parent row (or refused by an error of no known class)
+        after the next pause; once the pauses are used up it stays pending for the reclaim."""
         key = (entry.stream, entry.entry_id)
         tries = self._parent_tries.get(key, 0)
         if tries >= len(_PARENT_RETRY_S):
@@ -367,8 +414,9 @@ class RecordWriter:
             await pipe.execute()
         self._settled(entries)
 
-    async def dead_letter(self, entry: Entry, exc: Exception) -> None:
-        """Move a poison entry to its shard's dead-letter stream, atomically with its ack."""
+    async def dead_letter(self, entry: Entry, exc: Exception, reason: str) -> None:
+        """Move a poison entry to its shard's dead-letter stream, atomically with its ack:
+        its fields plus where it came from, the error and the reason (dead_letter_reason)."""
         shard = shard_of_stream(entry.stream)
         error = f"{type(exc).__name__}: {exc}"[:1000]
         fields: dict[Any, Any] = {
@@ -376,6 +424,7 @@ class RecordWriter:
             "src_stream": entry.stream,
             "src_id": entry.entry_id,
             "error": error,
+            "reason": reason,
             "consumer": self.consumer,
         }
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -384,14 +433,17 @@ class RecordWriter:
             pipe.xdel(entry.stream, entry.entry_id)
             await pipe.execute()
         self._settled([entry])
+        # A hand-crafted entry's `t` must not mint label values.
+        kind = entry.kind if entry.kind in RECORD_TYPES else "other"
         if self.metrics is not None:
-            self.metrics.records_dead_lettered.inc()
+            self.metrics.records_dead_lettered.labels(kind, reason).inc()
         log.error(
             "record dead-lettered",
             extra={
                 "stream": entry.stream,
                 "entry_id": entry.entry_id,
-                "type": entry.kind,
+                "type": kind,
+                "reason": reason,
                 "dead_letter": dead_letter_key(shard),
                 "error": error,
             },

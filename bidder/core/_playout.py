@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from decimal import Decimal
+from datetime import datetime, timedelta
+from decimal import ROUND_HALF_UP, Context, Decimal
 from typing import Any
 
 import msgspec
@@ -29,6 +29,14 @@ DEAL_NOT_FOUND = "Deal not found or access denied"
 _MAX_TEXT_CHARS = 200
 #: Postgres `integer`, the column's type.
 MAX_DURATION_SECONDS = 2**31 - 1
+#: How far back a play may be confirmed: a deal lives 30 days (HotState.deal_ttl_ms), so a
+#: player that queued its confirmations while offline is within it; an older one has no deal.
+PLAYED_AT_MAX_AGE = timedelta(days=30)
+#: How far ahead of the service's clock: a player's clock may run a little fast, no more.
+PLAYED_AT_MAX_AHEAD = timedelta(minutes=5)
+#: `completion_rate` is stored in NUMERIC(6, 3): three decimals.
+_RATE_QUANTUM = Decimal("0.001")
+_RATE_CONTEXT = Context(prec=10)
 
 
 class PlayoutConfirmation(msgspec.Struct, kw_only=True):
@@ -73,8 +81,13 @@ def _played_at(body: dict[str, Any], received: datetime) -> datetime:
     if moment.tzinfo is None:
         raise BadRequest("played_at needs a time zone, e.g. 2026-05-04T10:15:30Z")
     in_range = in_utc(moment)
-    if in_range is None:
-        raise BadRequest(f"played_at is outside the years 1 to 9999 in UTC: {raw!r}")
+    if in_range is None or not (
+        received - PLAYED_AT_MAX_AGE <= in_range <= received + PLAYED_AT_MAX_AHEAD
+    ):
+        raise BadRequest(
+            f"played_at must be within {PLAYED_AT_MAX_AGE.days} days before now and "
+            f"{int(PLAYED_AT_MAX_AHEAD.total_seconds() // 60)} minutes after it: {raw!r}"
+        )
     return in_range
 
 
@@ -100,7 +113,8 @@ def _completion_rate(body: dict[str, Any]) -> Decimal | None:
     rate = Decimal(raw)
     if not rate.is_finite() or not Decimal(0) <= rate <= Decimal(100):
         raise BadRequest("completion_rate must be a number from 0 to 100")
-    return rate
+    # The column's three decimals, rounded half up (1e-400 is 0.000, 99.9996 is 100.000).
+    return rate.quantize(_RATE_QUANTUM, rounding=ROUND_HALF_UP, context=_RATE_CONTEXT)
 
 
 def _confirmed(deal_id: str, playout_id: str, confirmed: datetime, repeat: bool) -> Confirmed:

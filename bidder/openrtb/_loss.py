@@ -10,6 +10,7 @@ releases an open bid's reservation, retries only count, a notice after billing c
 from __future__ import annotations
 
 import re
+from decimal import ROUND_HALF_UP, Context, Decimal
 from typing import Any
 
 import msgspec
@@ -17,14 +18,21 @@ from litestar import Request
 
 from bidder.asgi import Answer
 from bidder.deprecation import OPENRTB_PREFIX
-from bidder.errors import UNREADABLE_JSON, Forbidden, PayloadTooLarge, Unavailable, UriTooLong
+from bidder.errors import (
+    UNREADABLE_JSON,
+    BadRequest,
+    Forbidden,
+    PayloadTooLarge,
+    Unavailable,
+    UriTooLong,
+)
 from bidder.openrtb._response import no_content
 from bidder.runtime import utcnow
 from bidder.settings import Settings
 from bidder.signing import SIGNATURE_PARAM, query_values, signer, url_value, verify
 from bidder.vast import macro_value
 from bidder.web import runtime_of
-from matching.money import MoneyError, parse_cents
+from matching.money import is_decimal_text, json_decimal
 from store.hot import REDIS_DOWN, epoch_ms
 
 MAX_QUERY_BYTES = 4 * 1024
@@ -43,8 +51,6 @@ LOSS_MACROS = (
 )
 
 _MACRO_QUERY = "&".join(f"{name}={macro}" for name, macro in LOSS_MACROS)
-
-_json = msgspec.json.Decoder()
 
 
 def loss_path(offer_id: str) -> str:
@@ -81,14 +87,16 @@ async def handle_loss(request: Request[Any, Any, Any], offer_id: str) -> Answer:
             "The loss notice URL signature is invalid, or its ts is outside the 24-hour window",
             code="INVALID_SIGNATURE",
         )
-    payload = {
-        "reason": _integer(params.get("reason")),
-        "price": _decimal(params.get("price")),
+    payload: dict[str, Any] = {
+        "reason": _integer(params.get("reason"), "reason"),
+        "price": _decimal(params.get("price"), "price"),
         "cur": macro_value(params.get("cur")),
-        "mtw": _decimal(params.get("mtw")),
+        "mtw": _decimal(params.get("mtw"), "mtw"),
         "aid": macro_value(params.get("aid")),
-        "body": _diagnostic_body(raw_body) if request.method == "POST" else None,
+        "body": None,
     }
+    if request.method == "POST":
+        payload |= diagnostic_body(raw_body)
     try:
         kind, _ = await rt.hot.loss(offer_id, now, payload)
     except REDIS_DOWN:
@@ -127,45 +135,88 @@ def _signed_and_fresh(
 # Numbers as a URL writes them: ASCII digits only (as `parse_cents` reads decimals). Python's
 # own parsers also take `1_000` and other scripts' digits (`١٢٣`), which no SSP sends for one.
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+#: `price` and `mtw` are CPMs stored in NUMERIC(20, 6): below 10**14, six decimals.
+MAX_CPM_DIGITS = 14
+CPM_DECIMALS = 6
+_CPM_QUANTUM = Decimal(1).scaleb(-CPM_DECIMALS)
+_WIDE = Context(prec=MAX_CPM_DIGITS + CPM_DECIMALS + 2)
+#: `reason` is stored in a Postgres `integer`.
+MAX_REASON = 2**31 - 1
 
 
-def _decimal(value: str | None) -> str | None:
-    """A decimal number kept as its exact text; None when the value is not one (as
-    `parse_cents` reads a number written as text)."""
+def _decimal(value: str | None, name: str) -> str | None:
+    """A CPM macro as the text of the number stored: as written, or rounded half up to six
+    decimals (the column's) when it has more; None when the value is no number (an
+    unsubstituted macro; as `is_decimal_text` reads a number written as text). A number of 10**14
+    or more in magnitude is refused: no auction clears there, and the column cannot hold it."""
     text = macro_value(value)
     if text is None:
         return None
-    try:
-        parse_cents(text)
-    except MoneyError:
+    if not is_decimal_text(text):
         return None
-    return text
+    # An exponent beyond Decimal's (1e99999999999999999999) is read as the furthest it holds,
+    # on its side: huge is refused below, tiny rounds to zero.
+    amount = json_decimal(text)
+    # Judged on the digits (adjusted()), never in a context that would overflow on 1e1000000;
+    # rounded only once it is known to fit, and judged again (99999999999999.9999999 rounds up).
+    if amount and amount.adjusted() >= MAX_CPM_DIGITS:
+        raise _beyond_cpm(name)
+    exponent = amount.as_tuple().exponent
+    if not isinstance(exponent, int) or exponent >= -CPM_DECIMALS:
+        return text  # the column holds it exactly: kept as the SSP wrote it
+    amount = amount.quantize(_CPM_QUANTUM, rounding=ROUND_HALF_UP, context=_WIDE)
+    if amount and amount.adjusted() >= MAX_CPM_DIGITS:
+        raise _beyond_cpm(name)
+    return str(amount)
 
 
-def _integer(value: str | None) -> int | None:
+def _beyond_cpm(name: str) -> BadRequest:
+    return BadRequest(
+        f"{name} must be a CPM below 10^{MAX_CPM_DIGITS} in magnitude", details={"field": name}
+    )
+
+
+def _integer(value: str | None, name: str) -> int | None:
+    """An integer macro; None when it is not one (an unsubstituted macro); refused with 400
+    when it is an integer beyond the column's range."""
     text = macro_value(value)
-    if text is None or not _INTEGER_TEXT.fullmatch(text) or len(text) > 20:
-        return None  # a number no column holds is not one either
+    if text is None or not _INTEGER_TEXT.fullmatch(text):
+        return None
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > len(str(MAX_REASON)) or abs(int(text)) > MAX_REASON:
+        raise BadRequest(
+            f"{name} must be an integer of at most {MAX_REASON} in magnitude",
+            details={"field": name},
+        )
     return int(text)
 
 
 #: A diagnostic body nested deeper than this is kept as text: every reader of the record (the
-#: writer, Postgres' jsonb) then handles it without a recursion limit of its own.
+#: writer, Postgres' json input) then handles it without a recursion limit of its own.
 MAX_BODY_NESTING = 64
 
+# Numbers as Decimal: a JSON number beyond a float's range (1e1000000) is still JSON.
+_body_json = msgspec.json.Decoder(float_hook=json_decimal)
 
-def _diagnostic_body(raw: bytes) -> Any:
-    """A POST body as stored for diagnostics: its JSON, or its text when it is not JSON (or is
-    nested deeper than MAX_BODY_NESTING)."""
+
+def diagnostic_body(raw: bytes) -> dict[str, str | None]:
+    """A POST body as it is stored for diagnostics (`loss_notices.body`, a `json` column):
+    `body_json`, the body exactly as sent, when it is JSON (any value: object, array, scalar);
+    else `body`, its text (invalid UTF-8 replaced), stored as a JSON string. JSON nested deeper
+    than MAX_BODY_NESTING is kept as text too. An empty body is none."""
     if not raw.strip():
-        return None
+        return {"body": None}
     try:
-        decoded = _json.decode(raw)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"body": raw.decode("utf-8", errors="replace")}
+    try:
+        decoded = _body_json.decode(raw)
     except UNREADABLE_JSON:  # kept as text, whatever it holds
-        return raw.decode("utf-8", errors="replace")
+        return {"body": text}
     if _nested_deeper_than(decoded, MAX_BODY_NESTING):
-        return raw.decode("utf-8", errors="replace")
-    return decoded
+        return {"body": text}
+    return {"body": None, "body_json": text}
 
 
 def _nested_deeper_than(value: Any, limit: int) -> bool:

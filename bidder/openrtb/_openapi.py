@@ -63,12 +63,13 @@ _LOSS_DESCRIPTION = """\
 **Deprecated.** The signed loss notice URL returned in `lurl`; call it exactly as returned,
 with the macros substituted. No Authorization header: the URL is authenticated by its signature
 (`pub`, `scr`, `ts`, `token`) and is valid for 24 hours after the bid. Checked in this order:
-query string above 4 KB (414), body above 16 KB (413), signature or `ts` window (403), storage
-(503, retry with backoff). Unsubstituted macros are stored as absent values. The first notice
+query string above 4 KB (414), body above 16 KB (413), signature or `ts` window (403), a macro
+that is a number no column holds (400), storage (503, retry with backoff). Unsubstituted
+macros are stored as absent values. The first notice
 counts (it releases the reservation of a bid that is not billed yet); retries only increment a
 counter. A notice after billing is recorded and changes nothing. A validly signed notice for a
 bid the service no longer knows is accepted (204). A POST body (JSON, or any text) is stored
-for diagnostics.
+for diagnostics exactly as sent.
 """
 
 
@@ -449,6 +450,10 @@ def _loss_operation(operation_id: str, method: str) -> dict[str, Any]:
         "parameters": parameters,
         "responses": {
             "204": {"description": "Notice accepted.", "headers": _headers()},
+            "400": _error(
+                "`INVALID_REQUEST`: `price` or `mtw` a number of 10^14 or more in magnitude, or "
+                "`reason` a whole number beyond 2147483647 in magnitude; nothing is recorded."
+            ),
             "403": _error("`INVALID_SIGNATURE`: signature invalid, or ts outside 24 hours."),
             "413": _error("`PAYLOAD_TOO_LARGE`: body above 16 KB."),
             "414": _error("`URI_TOO_LONG`: query string above 4 KB."),

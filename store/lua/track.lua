@@ -1,17 +1,27 @@
--- A tracking pixel fired. Every call is recorded; an OpenRTB `impression` on an open bid bills
--- it (spend at the bid price, a billing record), exactly once however often it fires, unless
--- its campaign's total was lowered below what that would spend (then it is only recorded).
+-- A tracking pixel fired. Each event of an offer is recorded once: a replay of the same event
+-- (the same pixel fired again, a player's retry, a copied URL) changes nothing and is answered
+-- 'replay', for the caller to count. An OpenRTB `impression` on an open bid bills it (spend at
+-- the bid price, a billing record), unless its campaign's total was lowered below what that
+-- would spend (then it is only recorded).
 -- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
---       5 record queue, 6 expiry zset, 7 this hour's frequency hash, 8 billing codes hash
+--       5 record queue, 6 expiry zset, 7 this hour's frequency hash, 8 billing codes hash,
+--       9 the offer's set of recorded events
 -- ARGV: 1 now_ms, 2 today, 3 yesterday, 4 event name, 5 event payload (JSON),
 --       6 billing payload (JSON), 7 offer key ttl ms after resolution,
 --       8 deadline (epoch ms, 0: none; see too_late)
--- Returns {status, channel}: status 'billed' | 'recorded', the offer's channel (core|openrtb);
--- or {'unknown'} | {'late'}.
+-- Returns {status, channel}: status 'billed' | 'recorded' | 'replay', the offer's channel
+-- (core|openrtb); or {'unknown'} | {'late'}.
 if too_late(ARGV[8]) then return {'late'} end
 local offer_flat = redis.call('HGETALL', KEYS[1])
 if #offer_flat == 0 then return {'unknown'} end
 local offer = hash_to_table(offer_flat)
+-- The set outlives the offer hash: it lasts as long as the offer's remaining time or the
+-- retention after resolution, whichever is longer, refreshed by every call.
+local keep = redis.call('PTTL', KEYS[1])
+if keep < tonumber(ARGV[7]) then keep = tonumber(ARGV[7]) end
+local first = redis.call('SADD', KEYS[9], ARGV[4])
+redis.call('PEXPIRE', KEYS[9], keep)
+if first == 0 then return {'replay', offer['channel']} end
 local now = tonumber(ARGV[1])
 local status = 'recorded'
 local extra = {billed = false}

@@ -825,12 +825,23 @@ async def _playout_records(redis_client: Redis) -> int:
     return count
 
 
+def _ago(delta: timedelta, offset: str = "Z") -> str:
+    """A played_at `delta` before now (negative: after), ISO 8601 with `offset`'s zone."""
+    moment = datetime.now(UTC) - delta
+    if offset == "Z":
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    sign = -1 if offset.startswith("-") else 1
+    hours, minutes = (int(part) for part in offset[1:].split(":"))
+    zone = timedelta(hours=hours, minutes=minutes) * sign
+    return (moment + zone).strftime("%Y-%m-%dT%H:%M:%S") + offset
+
+
 async def test_playout_confirmation_is_idempotent(core: Core, redis_client: Redis) -> None:
     deal_id = await _deal(core)
     first = await core.confirm(
         deal_id,
         {
-            "played_at": "2026-05-04T10:15:30Z",
+            "played_at": _ago(timedelta(minutes=3)),
             "duration_seconds": 15,
             "completion_rate": 100,
             "player_version": "4.2.1",
@@ -855,9 +866,13 @@ async def test_playout_confirmation_is_idempotent(core: Core, redis_client: Redi
     [
         None,  # an empty body
         {},
-        {"played_at": "2026-05-04T10:15:30+02:00"},
-        {"played_at": "2026-05-04T10:15:30.250Z"},
-        {"played_at": "2026-05-04t10:15:30z"},  # RFC 3339 5.6: lower case allowed
+        {"played_at": _ago(timedelta(hours=1), "+02:00")},
+        {"played_at": _ago(timedelta(hours=1), "-09:30")},
+        {"played_at": _ago(timedelta(seconds=5))},
+        {"played_at": _ago(timedelta(hours=2)).replace("T", "t").replace("Z", "z")},  # RFC 3339
+        # The window: 30 days back (a deal's lifetime; a player's queue), 5 minutes ahead.
+        {"played_at": _ago(timedelta(days=29, hours=23))},
+        {"played_at": _ago(-timedelta(minutes=4))},
         {"duration_seconds": 0},
         {"duration_seconds": 2**31 - 1},  # the largest the record's integer column holds
         {"completion_rate": 0},
@@ -897,6 +912,11 @@ async def test_playout_accepts_optional_fields(core: Core, body: Any) -> None:
         # Valid ISO 8601, but past the years 1 to 9999 once in UTC.
         ({"played_at": "9999-12-31T23:59:59-12:00"}, "played_at"),
         ({"played_at": "0001-01-01T00:00:00+14:00"}, "played_at"),
+        # Outside the window around now: 30 days back, 5 minutes ahead.
+        ({"played_at": "2999-01-01T00:00:00Z"}, "30 days"),
+        ({"played_at": _ago(timedelta(days=30, minutes=10))}, "30 days"),
+        ({"played_at": _ago(-timedelta(minutes=6), "+01:00")}, "5 minutes"),
+        ({"played_at": "2000-01-01T00:00:00Z"}, "played_at"),
         ({"player_version": 4}, "player_version"),
         ({"screen_resolution": ["1920", "1080"]}, "screen_resolution"),
         ([], "object"),

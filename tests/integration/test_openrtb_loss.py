@@ -14,6 +14,7 @@ from bidder.openrtb._loss import loss_url
 from bidder.runtime import utcnow
 from bidder.settings import Settings
 from store.hot import HotState, connect, epoch_ms
+from store.record_rows import loss_body_json
 from tests import factories as f
 from tests.conftest import ServerUrls
 from tests.integration._core_helpers import Live, live_app
@@ -135,7 +136,11 @@ async def test_unsubstituted_macros_are_stored_as_absent(live: Live) -> None:
         (("\u0661\u0662\u0663", "\uff11\uff12"), None, None),
         (("12 3", "NaN"), None, None),
         (("0x10", "Infinity"), None, None),
-        (("9" * 21, "1e5x"), None, None),
+        (("1.0", "1e5x"), None, None),
+        # Finer than the column's six decimals: rounded half up; far finer is zero.
+        (("1", "0.0000005"), 1, "0.000001"),
+        (("1", "1e-400"), 1, "0.000000"),
+        (("2147483647", "-0"), 2147483647, "-0"),
     ],
 )
 async def test_only_ascii_numbers_are_numbers(
@@ -146,6 +151,38 @@ async def test_only_ascii_numbers_are_numbers(
     assert (await live.client.get(url)).status_code == 204
     payload = (await queue_records(live.rt.redis, "loss_notice"))[0]["p"]
     assert (payload["reason"], payload["price"]) == (reason, price)
+
+
+@pytest.mark.parametrize(
+    "macros",
+    [
+        {"price": "1e1000000"},
+        {"price": "100000000000000"},  # 10^14: past NUMERIC(20, 6)
+        {"price": "-1e14"},
+        {"price": "99999999999999.9999995"},  # rounds up to 10^14
+        {"price": "1" + "0" * 39},
+        {"mtw": "1e1000000"},
+        {"mtw": "9" * 40},
+        {"reason": "2147483648"},  # past the integer column
+        {"reason": "-" + "9" * 40},
+    ],
+)
+async def test_numbers_no_column_holds_are_refused(live: Live, macros: dict[str, str]) -> None:
+    """A macro that is a number beyond its column (CPMs below 10^14 at six decimals, `reason` a
+    Postgres integer) is 400 in the OpenRTB error shape: nothing recorded, the bid still
+    reserved until a valid notice or its expiry."""
+    _, lurl = await make_bid(live)
+    response = await live.client.get(local(substitute(lurl, **macros)))
+    body = assert_error(response, 400, "INVALID_REQUEST")
+    (name,) = macros
+    assert name in body["message"]
+    assert await queue_records(live.rt.redis, "loss_notice") == []
+    assert await reserved(live) == PRICE_MICROS
+    # The largest values the columns hold are fine.
+    edge = {"reason": "2147483647", "price": "99999999999999.999999", "mtw": "-1e13"}
+    response = await live.client.get(local(substitute(lurl, **edge)))
+    assert response.status_code == 204, response.text
+    assert await reserved(live) == 0
 
 
 @pytest.mark.parametrize(
@@ -171,8 +208,14 @@ async def test_post_body_is_stored_for_diagnostics(live: Live, body: bytes, stor
     )
     assert response.status_code == 204, response.text
     payload = (await queue_records(live.rt.redis, "loss_notice"))[0]["p"]
-    assert payload["body"] == stored
+    # What the `json` column receives: a JSON body exactly as sent, anything else as a string.
+    assert loss_body_json(payload) == (None if stored is None else stored_text(body, stored))
     assert payload["reason"] == 0
+
+
+def stored_text(body: bytes, stored: Any) -> str:
+    """A JSON body's own text; a text body as a JSON string."""
+    return body.decode() if not isinstance(stored, str) else json.dumps(stored)
 
 
 async def test_body_above_16_kb_is_413(live: Live) -> None:

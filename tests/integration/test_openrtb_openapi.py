@@ -84,7 +84,7 @@ def test_openapi_document_is_valid_and_describes_exactly_the_interface(
     ]
     assert order == sorted(order)
     loss = document["paths"][f"{PREFIX}/loss/{{offer_id}}"]["get"]
-    assert set(loss["responses"]) == {"204", "403", "413", "414", "503"}
+    assert set(loss["responses"]) == {"204", "400", "403", "413", "414", "503"}
 
 
 def test_schemathesis_finds_no_5xx_and_no_contradiction(servers: ServerUrls, clean: None) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -18,9 +19,10 @@ from redis.asyncio import Redis
 
 from bidder.observability import Metrics
 from matching.money import split_gross
-from store import records
+from store import record_rows, records
 from store.hot import QUEUE_GROUP, Answered, Reserved, queue_key, queue_keys
 from store.postgres import create_pool
+from store.reconcile import check_balances
 from store.records import RecordWriter, dead_letter_key, ensure_groups
 from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING
 from tests.integration._records_support import (
@@ -159,7 +161,11 @@ async def test_poison_entries_go_to_the_dead_letter_stream_and_the_rest_is_writt
     assert errors[0].startswith("CheckViolationError")
     assert errors[1].startswith("RecordError")
     assert {entry[b"src_stream"] for _, entry in dead} == {queue_key(shard).encode()}
-    assert metrics.records_dead_lettered._value.get() == 2
+    reasons = sorted(entry[b"reason"].decode() for _, entry in dead)
+    assert reasons == ["refused", "undecodable"]
+    dead_counted = metrics.records_dead_lettered
+    assert dead_counted.labels("offer_rejected", "refused")._value.get() == 1
+    assert dead_counted.labels("offer_created", "undecodable")._value.get() == 1
     async with pool.acquire() as conn:
         await assert_exactly_once(conn, expected)
         await assert_balanced(redis_client, conn)
@@ -313,9 +319,10 @@ def test_fixture_ids_are_what_the_helpers_assume() -> None:
 async def test_client_text_postgres_cannot_hold_is_stored_not_dead_lettered(
     redis_client: Redis, pool: asyncpg.Pool, migrated: str
 ) -> None:
-    """Acknowledged requests may carry what Postgres refuses: a NUL in a string (text and
-    jsonb reject it) or a playout duration beyond an integer. Their records must still be
-    written (decisions 7), with the NUL as U+FFFD and the duration as NULL."""
+    """Acknowledged requests may carry what Postgres refuses: a NUL in a string (text rejects
+    it) or a playout duration beyond an integer. Their records must still be written
+    (decisions 7), with the NUL as U+FFFD (in a loss notice's json body, its escape) and the
+    duration as NULL."""
     hot, camp = await prepare(redis_client, migrated)
     await ensure_groups(redis_client)
     now = datetime.now(UTC)
@@ -360,7 +367,8 @@ async def test_client_text_postgres_cannot_hold_is_stored_not_dead_lettered(
         )
         assert row is not None
         assert (row["auction_id"], row["aid"]) == ("a\ufffdb", "x\ufffd")
-        assert json.loads(row["body"]) == {"k\ufffd": ["v\ufffd"]}
+        # The body's column is json: it keeps a NUL as its escape, exactly as sent.
+        assert json.loads(row["body"]) == {"k\x00": ["v\x00"]}
         played = await conn.fetchrow(
             "SELECT duration_seconds, player_version FROM playouts WHERE deal_id = $1",
             answered.deal_id,
@@ -413,3 +421,83 @@ async def test_amounts_an_ssp_writes_any_way_are_stored_as_their_value(
     assert row is not None
     assert (row["price"], row["bid_price_cents"]) == (stored, Decimal("2.500000"))
     assert gross == Decimal("2.000000")
+
+
+async def test_a_record_that_raises_anything_is_isolated_and_its_batch_commits(
+    redis_client: Redis, pool: asyncpg.Pool, migrated: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever an entry makes the writer raise, in decoding or in writing, every other entry of
+    its batch commits in the same step, and the bad one ends in the dead-letter stream with its
+    error and reason, counted, never retried for ever (docs/architecture.md, "Records")."""
+    monkeypatch.setattr(records, "_PARENT_RETRY_S", (0.01,))
+    hot, camp = await prepare(redis_client, migrated)
+    await ensure_groups(redis_client)
+    expected = await make_records(hot, camp, rounds=3)
+    shard = camp.shard
+    queue = queue_key(shard)
+    # A loss notice as an older version queued it, unbounded: every number past its column.
+    legacy = (await core_open(hot, camp)).open_offers[0]
+    await redis_client.hset(f"{{b{shard}}}:o:{legacy}", "channel", "openrtb")
+    wild = {"reason": "9" * 40, "price": "1e1000000", "mtw": "-1e1000000", "body": [[1]]}
+    assert (await hot.loss(legacy, datetime.now(UTC), wild))[0] == "first"
+    expected.merge(Expected(Counter(offers=1, loss_notices=1), [], [legacy], records=1))
+    offer = await hot.offer(expected.offers[0])
+    assert offer is not None
+    undecodable: list[dict[str, str]] = [
+        {"t": "offer_accepted", "o": '{"offer_id": ["x"]}', "p": "[]", "x": "7"},
+        {"t": "offer_rejected", "o": json.dumps(offer | {"status": ["rejected"]})},  # TypeError
+        {"t": "impression_billed", "o": json.dumps(offer), "p": '{"gross_micros": {"a": 1}}'},
+        {"zzz": "\udcff".encode("utf-8", "surrogateescape").decode("latin-1")},
+        {"t": "no such type", "o": "{}"},
+    ]
+    for fields in undecodable:
+        await redis_client.xadd(queue, fields)  # type: ignore[arg-type]
+    # Decodes, but writing it raises what no Postgres error class names.
+    marked = (await core_open(hot, camp)).open_offers[0]
+    await redis_client.hset(f"{{b{shard}}}:o:{marked}", "channel", "openrtb")
+    await hot.loss(marked, datetime.now(UTC), {"reason": "1"})
+    real_write = record_rows.write_rows
+
+    async def write_unless_marked(conn: Any, rows: Any) -> None:
+        if marked in rows.offers:
+            raise RuntimeError("an error of no known class")
+        await real_write(conn, rows)
+
+    monkeypatch.setattr(records, "write_rows", write_unless_marked)
+    metrics = Metrics()
+    writer = _writer(redis_client, pool, metrics, claim_idle_ms=10, reclaim_every_s=0.01)
+    await writer.step()  # one batch: everything but the marked entry commits in this step
+    async with pool.acquire() as conn:
+        await assert_exactly_once(conn, expected)
+        assert await conn.fetchval(
+            "SELECT price IS NULL AND min_to_win IS NULL AND reason IS NULL AND body::text = "
+            "'[[1]]' FROM loss_notices WHERE offer_id = $1",
+            legacy,
+        )
+    await drain(writer, redis_client)
+
+    dead: Any = await redis_client.xrange(dead_letter_key(shard))
+    reasons = sorted((f[b"reason"].decode(), f.get(b"t", b"").decode()) for _, f in dead)
+    assert reasons == [
+        ("undecodable", ""),
+        ("undecodable", "impression_billed"),
+        ("undecodable", "no such type"),
+        ("undecodable", "offer_accepted"),
+        ("undecodable", "offer_rejected"),
+        ("unexpected", "loss_notice"),
+    ], [(f[b"reason"], f.get(b"t"), f[b"error"][:150]) for _, f in dead]
+    assert all(f[b"error"] and f[b"src_stream"] == queue.encode() for _, f in dead)
+    unexpected = next(f for _, f in dead if f[b"reason"] == b"unexpected")
+    assert unexpected[b"error"].startswith(b"RuntimeError")
+    counted = metrics.records_dead_lettered
+    assert counted.labels("loss_notice", "unexpected")._value.get() == 1
+    assert counted.labels("other", "undecodable")._value.get() == 2  # no `t`, an unknown `t`
+    assert counted.labels("offer_accepted", "undecodable")._value.get() == 1
+    assert await pending_count(redis_client) == 0
+    async with pool.acquire() as conn:
+        await assert_exactly_once(conn, expected)
+        await assert_balanced(redis_client, conn)
+        # Reconcile says so too, and reads past the two billing entries it cannot read.
+        report = await check_balances(redis_client, conn)
+    assert (report.dead_letters, report.unreadable, report.differing) == (6, 2, {})
+    assert "DEAD LETTERS 6" in report.render()
