@@ -149,8 +149,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def optional_text(body: dict[str, Any], name: str, max_chars: int) -> str | None:
     """A client's optional text field, as it will be stored: a string of at most `max_chars`
-    characters without U+0000, which Postgres text cannot hold (it used to be stored altered,
-    as U+FFFD, after a 200). None when absent or null."""
+    characters without U+0000, which Postgres text cannot hold (the record would keep U+FFFD
+    in its place after a 200). None when absent or null."""
     raw = body.get(name)
     if raw is None:
         return None
