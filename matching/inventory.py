@@ -484,7 +484,7 @@ def _validate_billing_codes(
 def _check_pixels(
     check: _Checker, kind: str, index: int, item_id: str, width: int, height: int
 ) -> None:
-    """Width and height, each its own problem (a bad height was listed under `width`)."""
+    """Width and height, each its own problem under its own field."""
     for field, value in (("width", width), ("height", height)):
         if not 0 < value <= MAX_PIXELS:
             check.add(kind, index, item_id, field, _PIXELS)
