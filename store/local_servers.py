@@ -289,8 +289,8 @@ class PostgresServer:
         orphan = self._ours_running()
         if orphan:
             # Left running by a run that was killed (a session of its own): stop it, so that
-            # the server started now is the one `stop` stops (a restart used to reach the old
-            # one, fail its own start unseen, and "stop" nothing at exit).
+            # the server started now is the one `stop` stops (else a restart would reach the
+            # old one, fail its own start unseen, and "stop" nothing at exit).
             os.kill(orphan, signal.SIGINT)  # fast shutdown: clean, nothing lost
             deadline = time.monotonic() + 60
             while self._alive():

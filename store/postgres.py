@@ -48,9 +48,9 @@ def aware(moment: datetime) -> datetime: ...
 def aware(moment: None) -> None: ...
 def aware(moment: datetime | None) -> datetime | None:
     """A `timestamptz` as read, as an aware datetime. asyncpg writes datetime.max / datetime.min
-    (in UTC) as `infinity` / `-infinity` and reads those back naive, so such a moment came back
-    without its time zone and broke every comparison with an aware now (a campaign flying
-    until 9999-12-31T23:59:59.999999Z made every offer request it could match answer 500). As
+    (in UTC) as `infinity` / `-infinity` and reads those back naive; without its time zone
+    such a moment breaks every comparison with an aware now (a campaign flying until
+    9999-12-31T23:59:59.999999Z would make every offer request it could match answer 500). As
     aware UTC they are exactly the moments that were written."""
     return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
 
