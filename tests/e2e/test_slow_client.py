@@ -1,8 +1,9 @@
 """A client that stops sending its request body, against the real server (`bidder serve`):
 it gets a 408 once BODY_TIMEOUT_SECONDS have passed, and it does not hold the worker's
-graceful stop (granian killed a worker that had not stopped after 30 s, lifespan shutdown
-and all, when a request waited for a body forever). A body whose Content-Length has arrived
-is answered without waiting for more, and its connection serves the next request."""
+graceful stop (granian kills a worker that has not stopped after 30 s, lifespan shutdown and
+all, so a request waiting for a body forever must not keep it up). A body whose
+Content-Length has arrived is answered without waiting for more, and its connection serves
+the next request."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ async def test_ties_go_to_the_larger_share_left_from_the_very_next_request(
     # Two campaigns at the same price and budget: each offer reserves from one, so the next
     # request must go to the other (decisions 3), without waiting for a budget refresh; and a
     # refresh read in flight meanwhile (all the time, at 0 s) must not bring the older figures
-    # back (a second reading saw the same campaign win again that way).
+    # back (the same campaign would then win again).
     monkeypatch.setattr(runtime_module, "_BUDGET_REFRESH_SECONDS", refresh_seconds)
     twin = uid(9, 4)
     doc = basic_document(

@@ -395,8 +395,8 @@ async def test_a_loss_a_pixel_or_a_playout_redis_runs_too_late_changes_nothing(
     fresh: tuple[Servers, Redis, asyncpg.Pool],
 ) -> None:
     """A loss notice, a tracking pixel and a playout confirmation answered 503 must not happen
-    later: the SSP's or the player's retry would then count as a repeat (the loss notice's
-    first call was applied after its 503 once Redis resumed). Each carries the deadline the
+    later: the SSP's or the player's retry would then count as a repeat (a loss notice's
+    first call applied after its 503, once Redis resumes). Each carries the deadline the
     answer script does; here every deadline is past (Redis' clock read a second behind)."""
     servers, redis, _ = fresh
     _, camp = await prepare(redis, servers.postgres.url)

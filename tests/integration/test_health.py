@@ -317,8 +317,8 @@ async def test_metrics_count_requests_by_route(
         text = (await client.get("/metrics")).text
         assert 'http_requests_total{method="GET",route="unmatched",status="404"} 1.0' in text
         assert 'http_requests_total{method="DELETE",route="unmatched",status="405"} 1.0' in text
-        # ... and logged as every 4xx is (they had no access line). The app's JSON log
-        # handler writes to stderr.
+        # ... and logged as every 4xx is, with an access line. The app's JSON log handler
+        # writes to stderr.
         capsys.readouterr()
         refused = await client.get("/no/such/path/2")
         assert refused.status_code == 404
@@ -405,7 +405,7 @@ async def test_the_shared_postgres_probe_does_not_log_under_the_request_that_sta
     servers: ServerUrls, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The probe (and the pool's reconnect task it may start) outlives the request that asked
-    first; a fault review saw asyncpg's reconnect warnings carry an old admin request's id."""
+    first, so its logs (asyncpg's reconnect warnings) must not carry that request's id."""
     rt = Runtime(make_settings(servers, RECORD_WRITER="0"))
     seen: list[str] = []
     probe = rt._probe_postgres

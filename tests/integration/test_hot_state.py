@@ -232,8 +232,8 @@ async def test_totals_follow_the_inventory_version_whatever_order_they_reach_red
 ) -> None:
     """Budget totals reach Redis from top-ups (at once) and from every worker's inventory sync,
     in any order; the total of the newest inventory version stays. A sync that read before a
-    top-up used to write the old total back (until its next reload), and a top-up's write
-    that arrived late (after a newer top-up, or an import that lowered the budget) stayed."""
+    top-up does not write the old total back, and a top-up's write that arrives late (after a
+    newer top-up, or an import that lowered the budget) does not stay."""
     hot, camp = await _hot(redis_client, "25")  # synced at version 0
 
     async def total() -> int:

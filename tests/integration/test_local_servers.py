@@ -1,7 +1,7 @@
 """The project's own Redis and Postgres (store/local_servers.py): a run that was killed leaves
 them running in sessions of their own; the next run must stop those and start its own, keeping
-the data, so that what it stops at exit is what it started (a fault review saw a restart
-silently reach the old servers, fail its own start unseen, and stop nothing at exit)."""
+the data, so that what it stops at exit is what it started (else a restart would silently
+reach the old servers, fail its own start unseen, and stop nothing at exit)."""
 
 from __future__ import annotations
 

@@ -650,7 +650,7 @@ def _legacy(qty: Any) -> dict[str, Any]:
         # beside a qty, ext.totalaud is not read, whatever it holds; nor are these
         (bid_request(ext={"totalaud": "x"}), 200),
         (bid_request(qty={"multiplier": 119.47, "sourcetype": "x", "vendor": None}), 200),
-        # the contract's table requires the deal's `at` (an absent one used to inherit)
+        # the contract's table requires the deal's `at` (an absent one does not inherit)
         (_deal_without_at(), 400),
         (bid_request(banner={"w": 1, "h": 1}), 400),
         (_legacy({}), 400),
@@ -678,10 +678,10 @@ async def test_the_served_schema_takes_exactly_the_requests_the_endpoint_takes(
     ("bidfloor", "status"),
     [
         ("2.5", 200),  # 2.5 x 100 / 10 = 25 cents, the play's price: met exactly
-        # A 29-digit floor was rounded down to 25 cents by Decimal's context: undercut.
+        # Decimal's default context would round a 29-digit floor down to 25 cents: undercut.
         ("2.5000000000000000000000000001", 204),
         ("2.5" + "0" * 40 + "1", 204),
-        # 19-digit exponents: a 500 (InvalidOperation in the decoder); now the rules judge them.
+        # 19-digit exponents, which Decimal cannot hold: the rules judge them, never a 500.
         ("1e99999999999999999999", 204),
         ("1e-99999999999999999999", 200),  # a positive floor under a cent: 1 cent, met
     ],

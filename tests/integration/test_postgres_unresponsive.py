@@ -27,8 +27,8 @@ from tests.factories import PUB, basic_document, make_key, seed
 from tests.integration._admin_helpers import ADMIN, Client, bearer
 
 SCREENS = "/functions/v1/api/screens"
-#: What "answers at once" means here: the service waits about 0.5 s for Postgres. Before the
-#: fix, /readyz was held 60 s here (the pool's command_timeout) and the screens list 120 s.
+#: What "answers at once" means here: the service waits about 0.5 s for Postgres, far below
+#: the pool's command_timeout (60 s), which would otherwise hold /readyz and the screens list.
 PROMPT_SECONDS = 2.0
 
 T = TypeVar("T")

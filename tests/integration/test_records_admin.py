@@ -321,8 +321,8 @@ async def test_an_openrtb_bids_outcome_shows_as_one_of_the_four_statuses(
 @pytest.mark.parametrize(
     ("played_at", "stored"),
     [
-        # The first instant the Core API accepts: asyncpg writes datetime.min as -infinity, so it
-        # was stored as -infinity and every read of the deal answered 500.
+        # The first instant the Core API accepts: asyncpg writes datetime.min as -infinity, and
+        # a deal whose playout held -infinity would answer 500 on every read.
         ("0001-01-01T00:00:00.000Z", "0001-01-01 00:00:00+00"),
         ("9999-12-31T23:59:59.999Z", "9999-12-31 23:59:59.999+00"),
     ],
@@ -363,7 +363,8 @@ async def test_a_playout_at_either_end_of_the_accepted_years_is_stored_and_read_
 async def test_a_timestamp_stored_as_infinity_reads_as_the_first_or_last_instant(
     app_client: AsyncTestClient[Litestar], settings: Any
 ) -> None:
-    """Rows written before the fix above hold -infinity; their deal reads, it does not 500."""
+    """A row holding -infinity (as asyncpg writes datetime.min) still reads: its deal
+    answers, it does not 500."""
     await seed(settings.database_url, basic_document())
     await wait_for_inventory(app_client)
     deal_id, offer_id, billing_id = (str(uuid.uuid4()) for _ in range(3))

@@ -283,7 +283,7 @@ async def test_wrong_types_missing_and_unknown_fields_are_all_listed(metro: Publ
 @pytest.mark.parametrize(
     ("body", "fields"),
     [
-        # A type error beside values that break a rule: only the type error was listed.
+        # A type error beside values that break a rule: both kinds are listed.
         (
             {**NEW_SCREEN, "width": "wide", "height": -1, "timezone": "Atlantis/Capital"},
             {"width", "height", "timezone"},
@@ -324,7 +324,7 @@ async def test_an_update_lists_type_and_value_problems_together(
 @pytest.mark.parametrize(
     ("extra", "fields"),
     [
-        # Each was answered with only its own message ({error}, no `problems`).
+        # The id's or publisher's problem sits in `problems` beside the others, not alone.
         ({"id": "not-uuid", "width": 0}, {"id", "width"}),
         ({"publisher_id": PUB_OTHER, "width": 0}, {"publisher_id", "width"}),
         ({"publisher_id": PUB_OTHER, "height": "tall"}, {"publisher_id", "height"}),

@@ -136,7 +136,7 @@ async def test_an_openrtb_pixel_carries_the_deprecation_headers_and_a_core_one_d
 
 async def test_bid_outcomes_and_loss_notices_are_counted(live: Live) -> None:
     """An operator watches the impression-billing and loss-notice rates (shared decisions:
-    metrics of offers by outcome); before, an OpenRTB bid's outcome was counted nowhere."""
+    metrics of offers by outcome), an OpenRTB bid's outcome included."""
     billed, lost = await make_bid(live), await make_bid(live)
     for _ in range(2):  # billed once, however often it fires
         assert (await live.client.get(fired(tracking_of(billed)["impression"]))).status_code == 200

@@ -337,9 +337,10 @@ def test_nothing_eligible_is_not_below_minimum() -> None:
 
 def test_a_campaign_the_screen_cannot_show_does_not_hide_one_below_the_minimum() -> None:
     """Decisions section 3: 422 when something is eligible but nothing reaches the minimum. A
-    review's static screen with a better-paying video-only campaign got the 404: that campaign
-    was counted as reaching the minimum, then dropped for its creative."""
-    static_only = Targeting(screen_ids=[SCREEN_STATIC])  # as the review's were
+    static screen with a better-paying video-only campaign and a showable one below the
+    minimum gets the 422, not a 404: the campaign it cannot show never counts as reaching the
+    minimum."""
+    static_only = Targeting(screen_ids=[SCREEN_STATIC])
     snap = _snapshot(
         campaigns=[
             campaign(id=CAMPAIGN, cpm_cents=Decimal(1000), targeting=static_only),
@@ -401,7 +402,7 @@ def test_an_openrtb_slot_with_an_exact_fit_below_the_floor_is_no_bid_not_a_size_
     )
 
 
-# -- bounds: no play drains a budget (issue 21) ----------------------------------------------
+# -- bounds: no play drains a budget ---------------------------------------------------------
 
 
 def test_a_campaign_never_serves_a_play_that_costs_more_than_its_cap() -> None:

@@ -193,7 +193,7 @@ def test_an_amount_beyond_any_money_is_refused(cents: str) -> None:
     [
         ("2.50", "119.47", 30),  # decisions 1: 29.8675 rounds up to 30
         ("2.5", "100", 25),
-        # Past Decimal's 28 digits the product was rounded down to 25: the floor undercut.
+        # Past Decimal's 28 digits its context would round the product down to 25: undercut.
         ("2.5000000000000000000000000001", "100", 26),
         ("2.5" + "0" * 40 + "1", "100", 26),
         # Flushed to 0 by Decimal's context: any positive floor is at least a cent.

@@ -137,7 +137,7 @@ def test_a_container_of_the_wrong_type_counts_against_its_rule(
     changes: dict[str, Any], code: str
 ) -> None:
     """Decisions section 6 keeps INVALID_REQUEST for malformed JSON: a well-formed body whose
-    `video` is a string has no video object (an external review got INVALID_REQUEST)."""
+    `video` is a string has no video object, which its own rule reports."""
     assert code_of(json.dumps(body(**changes)).encode()) == code
 
 
@@ -184,8 +184,8 @@ _HUGE = "9" * 5000  # well-formed JSON; msgspec refuses an integer past about 1e
     ],
 )
 def test_a_huge_integer_is_judged_by_its_rule_not_called_malformed(path: str, code: str) -> None:
-    """Decisions section 6: only malformed JSON is INVALID_REQUEST; `1e400` in the same place
-    met its rule, a 5,000-digit integer got INVALID_REQUEST ("Integer value out of range")."""
+    """Decisions section 6: only malformed JSON is INVALID_REQUEST; a 5,000-digit integer
+    (which msgspec refuses as "Integer value out of range") meets its rule, as `1e400` does."""
     raw = json.dumps(body(**{path: "@@huge@@"})).replace('"@@huge@@"', _HUGE).encode()
     assert code_of(raw) == code
 

@@ -19,7 +19,7 @@ VALID = {
 def test_defaults() -> None:
     settings = load_settings(VALID)
     assert settings.environment == "staging"
-    assert settings.offer_ttl_seconds == 300  # the issue's default
+    assert settings.offer_ttl_seconds == 300  # the README's default
     assert settings.public_base_url == "http://127.0.0.1:8000"
     assert settings.tracking_base_url == "http://127.0.0.1:8000/functions/v1/track"
     assert settings.tracking_path == "/functions/v1/track"
@@ -188,8 +188,8 @@ def test_a_url_whose_password_breaks_its_parsing_is_refused_without_echoing_it(
 
 
 def test_an_operator_command_needs_only_what_it_uses() -> None:
-    """`bidder inventory export` against the demo failed on SIGNING_SECRETS, which the demo
-    banner does not print and which no such command uses (a review of the README)."""
+    """`bidder inventory export` against the demo needs no SIGNING_SECRETS, which the demo
+    banner does not print and which no such command uses."""
     database_only = {"DATABASE_URL": VALID["DATABASE_URL"]}
     settings = load_settings(database_only, redis=False, secrets=False)
     assert (settings.redis_url, settings.admin_token, settings.signing_secrets) == ("", "", ())
