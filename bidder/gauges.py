@@ -26,6 +26,7 @@ log = logging.getLogger("bidder.gauges")
 
 WATCH_SECONDS = 5.0
 _CHECK_TIMEOUT = 2.0
+_BUDGET_CHECK_TIMEOUT = 30.0
 #: The fleet's last budget check: {differing, checked_at}. Its lock: held for one interval.
 RECONCILE_RESULT_KEY = "ops:reconcile:last"
 RECONCILE_LOCK_KEY = "ops:reconcile:lock"
@@ -49,8 +50,8 @@ async def watch(rt: Runtime) -> None:
         m.campaigns_exhausted.set(exhausted)
         await _check_redis(rt)
         m.dependency_up.labels("postgres").set(1 if await rt.postgres_state() == "ok" else 0)
-        try:
-            await _budget_check(rt)
+        try:  # bounded: a frozen Postgres must not hold this loop (or a pool connection)
+            await asyncio.wait_for(_budget_check(rt), _BUDGET_CHECK_TIMEOUT)
         except (RedisError, OSError, TimeoutError):
             pass
         except Exception:
