@@ -45,6 +45,7 @@ from bidder.cli_common import (
     with_connection,
 )
 from bidder.cli_records import port_number
+from bidder.cpus import process_cpus
 from bidder.errors import UNREADABLE_JSON, BadRequest
 from bidder.field_problems import decode_document
 from bidder.observability import MULTIPROCESS_DIR_ENV, multiprocess_dir
@@ -135,7 +136,7 @@ def warn_public_port(settings: Settings, port: int) -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     settings = command_settings(secrets=True)
-    workers = args.workers or os.cpu_count() or 1
+    workers = args.workers or process_cpus()  # the cgroup quota and affinity, not the host's
     ensure_port_free(args.host, args.port)  # before touching anything a running one uses
     warn_public_port(settings, args.port)
     shared = _share_metrics() if workers > 1 or multiprocess_dir() else None
@@ -323,7 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument("--host", default="0.0.0.0")  # noqa: S104 - a server listens
     serve_cmd.add_argument("--port", type=port_number, default=8000)
     serve_cmd.add_argument(
-        "--workers", type=_positive, default=None, help="worker processes (default: CPU count)"
+        "--workers",
+        type=_positive,
+        default=None,
+        help="worker processes (default: the CPUs this process may use: affinity, cgroup quota)",
     )
     serve_cmd.set_defaults(func=_cmd_serve)
 

@@ -221,6 +221,63 @@ class Metrics:
             registry=r,
         )
 
+        # The operations gauges (bidder.gauges sets them every few seconds; deploy/prometheus
+        # alerts on them). Workers of a host read the same Redis and Postgres: the latest
+        # reading is the figure, except the inventory's age, where the oldest worker counts.
+        self.redis_latency = Histogram(
+            "redis_call_duration_seconds",
+            "Round trip of timed Redis calls: hot (a PING on the hot path's pipelined "
+            "connection, queued behind its scripts), queue_stats (the record queue's figures)",
+            ["call"],
+            registry=r,
+            buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+        )
+        self.dependency_up = Gauge(
+            "dependency_up",
+            "1 when the dependency (redis, postgres) answered the last check, else 0",
+            ["dependency"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.inventory_age = Gauge(
+            "inventory_age_seconds",
+            "Seconds since the snapshot was last loaded from, or confirmed current against, "
+            "Postgres (grows while reloads fail or a Redis copy stands in)",
+            registry=r,
+            multiprocess_mode="max",
+        )
+        self.campaigns_known = Gauge(
+            "budget_campaigns",
+            "Campaigns with a budget in Redis",
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.campaigns_exhausted = Gauge(
+            "budget_campaigns_exhausted",
+            "Campaigns whose total budget is fully reserved or spent (nothing left to offer)",
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.reconcile_differing = Gauge(
+            "budget_reconcile_differing_campaigns",
+            "Campaigns whose Redis counters differ from the records, at the fleet's last check",
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.reconcile_age = Gauge(
+            "budget_reconcile_age_seconds",
+            "Seconds since the fleet's last budget check (bidder reconcile, without --repair)",
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.secret_rotated = Gauge(
+            "signing_secret_rotated_timestamp_seconds",
+            "When the newest signing secret was put in place (SIGNING_SECRETS_ROTATED_AT, "
+            "Unix time); 0 when not stated",
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+
     def count_offer(self, outcome: str, count: int = 1) -> None:
         """`count` more Core offers with this outcome (made, no_match, below_min, accepted,
         rejected, expired)."""

@@ -18,6 +18,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from bidder.gauges import watch
 from bidder.observability import Metrics
 from bidder.settings import Settings
 from bidder.signing import signer, token_verifies
@@ -116,7 +117,7 @@ class Runtime:
         self._postgres_probe: asyncio.Task[str] | None = None
         self._pool_lock = asyncio.Lock()
         self._stopping = asyncio.Event()
-        self.extra_loops: list[Callable[[Runtime], Awaitable[None]]] = []
+        self.extra_loops: list[Callable[[Runtime], Awaitable[None]]] = [watch]  # ops gauges
         if settings.record_writer:
             self.extra_loops.append(run_writer)
 

@@ -6,6 +6,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Generic, TypeVar
 from urllib.parse import urlsplit
@@ -54,6 +55,8 @@ class Settings:
     log_level: str = "INFO"
     migration_guide_url: str = ""
     documentation_url: str = ""
+    signing_secrets_rotated_at: datetime | None = None
+    reconcile_check_seconds: float = 300.0
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -123,6 +126,21 @@ def _url(env: Mapping[str, str], name: str, schemes: tuple[str, ...], problems: 
             "in the user name and password"
         )
     return raw
+
+
+def _moment(env: Mapping[str, str], name: str, problems: list[str]) -> datetime | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        problems.append(f"{name} must be an ISO 8601 time, got {raw!r}")
+        return None
+    if moment.tzinfo is None:
+        problems.append(f"{name} needs a time zone (e.g. Z or +02:00), got {raw!r}")
+        return None
+    return moment
 
 
 def _public_urls(env: Mapping[str, str], problems: list[str]) -> tuple[str, str]:
@@ -218,6 +236,8 @@ def load_settings(
             "MIGRATION_GUIDE_URL", f"{public_base_url}/docs/migration-openrtb-to-core"
         ),
         documentation_url=env.get("DOCUMENTATION_URL", f"{public_base_url}/docs/api-openrtb"),
+        signing_secrets_rotated_at=_moment(env, "SIGNING_SECRETS_ROTATED_AT", problems),
+        reconcile_check_seconds=_positive_float(env, "RECONCILE_CHECK_SECONDS", 300.0, problems),
     )
     if problems:
         raise SettingsError(problems)
