@@ -74,7 +74,7 @@ def own_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     try:
         yield Servers(redis, postgres)
     finally:
-        postgres.stop()
+        postgres.discard()
         redis.stop()
 
 

@@ -57,7 +57,7 @@ async def test_not_ready_without_redis(servers: ServerUrls, clean: None) -> None
 
 async def _seeded_postgres(tmp_path: Path) -> PostgresServer:
     """A Postgres of the test's own (to stop and start), migrated and seeded with the basic
-    document; the caller stops it."""
+    document; the caller discards it."""
     postgres = PostgresServer(tmp_path / "pg", free_port())
     postgres.start()
     try:
@@ -68,7 +68,7 @@ async def _seeded_postgres(tmp_path: Path) -> PostgresServer:
             await conn.close()
         await seed(postgres.url, basic_document())
     except BaseException:
-        postgres.stop()
+        postgres.discard()
         raise
     return postgres
 
@@ -95,7 +95,7 @@ async def test_postgres_down_keeps_a_loaded_instance_ready(
             assert down["postgres"] != "ok"
             assert down["inventory"]["status"] == "ok"
     finally:
-        postgres.stop()
+        postgres.discard()
 
 
 async def test_a_worker_started_while_postgres_is_down_serves_the_inventory_copy(
@@ -140,7 +140,7 @@ async def test_a_worker_started_while_postgres_is_down_serves_the_inventory_copy
                 await asyncio.sleep(0.1)
             assert body["inventory"] == first
     finally:
-        postgres.stop()
+        postgres.discard()
 
 
 async def test_without_postgres_or_a_copy_a_worker_is_not_ready(
