@@ -1,5 +1,5 @@
 """`bidder campaigns show|top-up`, `bidder offers show` and `bidder deals show`: the admin API's
-campaign view, budget top-up and record views from the command line (decisions section 2:
+campaign view, budget top-up and record views from the command line (docs/contract.md#2-inventory:
 operators manage everything through the admin API "and the same operations from the command
 line"). Each prints what the admin API answers, as JSON, through the same functions.
 

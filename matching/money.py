@@ -125,7 +125,8 @@ def cents_text(micros: int) -> str:
 
 def eur_text(micros: int) -> str:
     """Micro-cents as EUR in plain notation, without trailing zeros: 29867500 -> "0.298675",
-    2 -> "0.00000002" (a Decimal's `str` would say "2E-8"; decisions 1: a plain number)."""
+    2 -> "0.00000002" (a Decimal's `str` would say "2E-8"; docs/contract.md#1-money: a plain
+    number)."""
     return _plain_text(micros, MICROS_PER_CENT * 100, 8)
 
 

@@ -49,7 +49,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerUrls]:
     try:
         yield ServerUrls(local.redis.url, local.postgres.url, local)
     finally:
-        local.stop()
+        local.discard()
 
 
 def make_settings(servers: ServerUrls, **overrides: str) -> Settings:

@@ -1,4 +1,5 @@
-"""POST /playout/confirm/{deal_id} (decisions 5): every field optional, idempotent per deal."""
+"""POST /playout/confirm/{deal_id} (docs/contract.md#5-playout-confirmation): every field optional,
+idempotent per deal."""
 
 from __future__ import annotations
 

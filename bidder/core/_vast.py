@@ -1,5 +1,5 @@
-"""The `vast` field of a Core API offer (decisions 6a): the offer as a VAST 4.0 document whose
-tracking URLs are signed for this publisher and screen."""
+"""The `vast` field of a Core API offer (docs/contract.md#6a-vast-documents): the offer as a VAST
+4.0 document whose tracking URLs are signed for this publisher and screen."""
 
 from __future__ import annotations
 

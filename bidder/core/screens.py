@@ -1,4 +1,4 @@
-"""Publishers manage their own screens with their API key (decisions section 2): list
+"""Publishers manage their own screens with their API key (docs/contract.md#2-inventory): list
 (paginated), register, read, update, deactivate, under /functions/v1/api/screens.
 
 Postgres is read directly (the list must show a change at once); every change goes through

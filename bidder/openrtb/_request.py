@@ -1,14 +1,14 @@
 """The BidRequest as this interface reads it: msgspec "view" Structs holding only the fields used,
-and the validation rules in the order of decisions section 6.
+and the validation rules in the order of docs/contract.md#6-openrtb-path.
 
 Containers (the request, `imp`, `video`, `pmp`, `qty`, `ext`) are typed for the fast path. A
 well-formed body that does not fit them is read again as a plain JSON tree and a container of
 the wrong type counts against the rule that reads it (`"video": "x"` is `NO_VIDEO_OBJECT`,
-`"imp": [{...}, "x"]` is `MULTI_IMP_NOT_SUPPORTED`, `"qty": 5` is `NO_TOTAL_AUDIENCE`): decisions
-section 6 keeps `INVALID_REQUEST` for malformed JSON. The leaves a rule looks at are decoded
-untyped and judged by that rule, so `"w": "1920"` is `NO_RESOLUTION` and `"at": "3"` is
-`NOT_FIXED_PRICE`, each in its place in the order. Numbers decode as `Decimal`, never as
-binary floats.
+`"imp": [{...}, "x"]` is `MULTI_IMP_NOT_SUPPORTED`, `"qty": 5` is `NO_TOTAL_AUDIENCE`): the
+contract (docs/contract.md#6-openrtb-path) keeps `INVALID_REQUEST` for malformed JSON. The leaves a
+rule looks at are decoded untyped and judged by that rule, so `"w": "1920"` is `NO_RESOLUTION` and
+`"at": "3"` is `NOT_FIXED_PRICE`, each in its place in the order. Numbers decode as `Decimal`, never
+as binary floats.
 
 Those leaves come from the JSON decoder, so their types are exact (a `true` is a `bool`, never
 an `int`; a number is an `int` or a `Decimal`): the checks compare `type(...)`, which costs less
@@ -220,9 +220,9 @@ def _tree(body: bytes) -> Any:
 
 
 def _judge(request: BidRequestView) -> BidAsk:
-    """The rules of decisions section 6, in their order, on a decoded request; then what the
-    service also needs of a request that passes them all (its and its impression's `id`, a
-    `video.mimes` it can read), `INVALID_REQUEST` like malformed JSON. Section 6 puts only
+    """The rules of docs/contract.md#6-openrtb-path, in their order, on a decoded request; then what
+    the service also needs of a request that passes them all (its and its impression's `id`, a
+    `video.mimes` it can read), `INVALID_REQUEST` like malformed JSON. The contract puts only
     malformed JSON before its codes, so a request with two impressions and no `id` is
     `MULTI_IMP_NOT_SUPPORTED`."""
     imps = request.imp or []

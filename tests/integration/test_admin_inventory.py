@@ -281,7 +281,7 @@ async def test_an_invalid_document_lists_every_problem_and_applies_nothing(
 
     bad = full_document()
     bad["publishers"][0]["name"] = "Renamed, but must not be applied"
-    bad["publishers"][1]["commission_rate"] = 1.5  # decisions 2: 0..1
+    bad["publishers"][1]["commission_rate"] = 1.5  # docs/contract.md#2-inventory: 0..1
     bad["screens"][0]["width"] = 0  # pixels must be positive
     bad["screens"][1]["timezone"] = "Mars/Olympus_Mons"  # not IANA
     bad["campaigns"][1]["advertiser_id"] = uid(99, 2)  # no such advertiser

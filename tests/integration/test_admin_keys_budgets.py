@@ -210,7 +210,7 @@ async def test_a_key_pasted_where_its_key_id_belongs_is_not_repeated(app_client:
 
 async def test_a_campaign_with_its_live_budget(app_client: Client, servers: ServerUrls) -> None:
     # One offer through the Core API: cpm 250 cents x audience 10 / 1000 = 2.5 cents reserved
-    # (decisions 3), so the live figures differ from the stored total.
+    # (docs/contract.md#3-matching-and-price), so the live figures differ from the stored total.
     key = await make_key(servers.database_url)
     await wait_for_inventory(app_client)
     offer = await app_client.get(

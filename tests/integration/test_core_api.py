@@ -94,7 +94,7 @@ async def test_offer_object_has_exactly_the_contract_fields(core: Core) -> None:
     assert offer["billing_code"] == "BILL-FIZZY-METRO"
     assert offer["expires_at"].endswith("Z")
     expires = _parse_utc(offer["expires_at"])
-    # Default offer lifetime: 300 s (decisions 4).
+    # Default offer lifetime: 300 s (docs/contract.md#4-offers-reservations-and-outcomes).
     assert before + timedelta(seconds=299) <= expires <= datetime.now(UTC) + timedelta(seconds=300)
 
 

@@ -1,5 +1,5 @@
-"""Fault tests (decisions section 7): real servers of this module's own, stopped, killed and
-restarted under load. After each, every acknowledged record is in Postgres exactly once and
+"""Fault tests (docs/contract.md#7-durability): real servers of this module's own, stopped, killed
+and restarted under load. After each, every acknowledged record is in Postgres exactly once and
 every campaign balances: budget = remaining + reserved + spent.
 
 "Acknowledged" = the Lua script returned success: the point where the HTTP handler answers 2xx.
@@ -74,7 +74,7 @@ def own_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     try:
         yield Servers(redis, postgres)
     finally:
-        postgres.stop()
+        postgres.discard()
         redis.stop()
 
 

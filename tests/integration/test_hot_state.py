@@ -164,10 +164,11 @@ async def test_every_key_a_reservation_writes_expires(redis_client: Redis) -> No
 async def test_a_total_lowered_below_the_reservations_is_never_overspent(
     redis_client: Redis,
 ) -> None:
-    """Decisions 4: a campaign never spends more than its budget. Offers reserved under a
-    total of 10 cents, then the operator lowers it to 6 (an import syncs the new total): the
-    accepts and impressions that fit still settle, the rest are refused (the Core offer is
-    withdrawn, 404; the impression is recorded but not billed), and spent stays within 6."""
+    """docs/contract.md#4-offers-reservations-and-outcomes: a campaign never spends more than its
+    budget. Offers reserved under a total of 10 cents, then the operator lowers it to 6 (an import
+    syncs the new total): the accepts and impressions that fit still settle, the rest are refused
+    (the Core offer is withdrawn, 404; the impression is recorded but not billed), and spent stays
+    within 6."""
     hot, camp = await _hot(redis_client, "10")
     now = datetime.now(UTC)
 

@@ -116,7 +116,7 @@ _REGISTRY = _registry()
 
 def validate_bid_response(body: dict[str, Any]) -> None:
     """Against the IAB OpenRTB 2.6 JSON schema, and every adm against the VAST 4.0 XSD
-    (without `Expires`, decisions 6a)."""
+    (without `Expires`, docs/contract.md#6a-vast-documents)."""
     schema = json.loads((SCHEMA_DIR / "BidResponse.json").read_text())
     jsonschema.Draft202012Validator(schema, registry=_REGISTRY).validate(body)
     for seat in body.get("seatbid", []):
@@ -549,7 +549,8 @@ async def test_an_audience_beyond_18_decimals_is_rounded_there_and_priced(live: 
 
 
 async def test_a_price_below_a_millionth_of_a_euro_is_a_plain_number(live: Live) -> None:
-    """Decisions 1: JSON output is a plain number, so no exponent ("2E-8") however small."""
+    """docs/contract.md#1-money: JSON output is a plain number, so no exponent ("2E-8") however
+    small."""
     headers = await seeded(live)
     no_floor = {"deals": [{"id": "deal-7", "bidfloor": 0, "at": 3}]}
     request = bid_request(qty={"multiplier": Decimal("0.00001")}, pmp=no_floor)
@@ -606,7 +607,8 @@ async def test_an_audience_finer_than_4_decimals_is_recorded_as_priced(live: Liv
     assert response.status_code == 200, response.text
     bid = response.json()["seatbid"][0]["bid"][0]
     # 250 cents CPM x 119.471234 / 1000 = 29.8678085 cents, half-even to the micro-cent:
-    # 29.867808 cents (decisions 1 and 3), 0.29867808 EUR.
+    # 29.867808 cents (docs/contract.md#1-money and docs/contract.md#3-matching-and-price),
+    # 0.29867808 EUR.
     assert Decimal(str(bid["price"])) == Decimal("0.29867808")
     parts = urlsplit(bid["lurl"].replace("reason=${AUCTION_LOSS}", "reason=102"))
     assert (await live.client.get(f"{parts.path}?{parts.query}")).status_code == 204
@@ -659,8 +661,8 @@ def _legacy(qty: Any) -> dict[str, Any]:
 async def test_the_served_schema_takes_exactly_the_requests_the_endpoint_takes(
     live: Live, body: dict[str, Any], status: int
 ) -> None:
-    """Decisions section 6: openapi.json describes exactly what the endpoint does. Each body
-    is checked against the served BidRequest schema and sent; both must agree."""
+    """docs/contract.md#6-openrtb-path: openapi.json describes exactly what the endpoint does. Each
+    body is checked against the served BidRequest schema and sent; both must agree."""
     headers = await seeded(live)
     served = await live.client.get(f"{ROOT}openapi.json", headers=headers)
     document = served.json()
@@ -689,8 +691,9 @@ async def test_the_served_schema_takes_exactly_the_requests_the_endpoint_takes(
 async def test_a_floor_is_never_undercut_however_it_is_spelt(
     live: Live, bidfloor: str, status: int
 ) -> None:
-    """Decisions 1: the minimum bid rounds UP to a whole cent, a floor is never undercut. The
-    seeded campaign's CPM is 250 cents: 0.25 cents per audience unit, 25 cents for 100."""
+    """docs/contract.md#1-money: the minimum bid rounds UP to a whole cent, a floor is never
+    undercut. The seeded campaign's CPM is 250 cents: 0.25 cents per audience unit, 25 cents for
+    100."""
     headers = await seeded(live)
     body = bid_request(
         qty={"multiplier": 100},

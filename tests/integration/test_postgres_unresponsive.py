@@ -1,7 +1,7 @@
 """A Postgres that accepts connections and never answers (a SIGSTOPped or blackholed server)
 must not hold an instance's answers: /readyz stays 200 with `"postgres": "unresponsive"`
-(decisions section 8), and the admin and screens endpoints answer 503 with `Retry-After: 1` at
-once (docs/decisions.md) instead of waiting on the frozen server.
+(docs/contract.md#8-operations), and the admin and screens endpoints answer 503 with
+`Retry-After: 1` at once (docs/decisions.md) instead of waiting on the frozen server.
 
 The session's Postgres is left alone: the app reaches it through a proxy of this module's own,
 which forwards until it is frozen and then holds every byte while keeping every socket open.

@@ -280,8 +280,9 @@ async def test_reconcile_reports_and_repairs_counters_from_the_records(
 async def test_an_openrtb_bids_outcome_shows_as_one_of_the_four_statuses(
     app_client: AsyncTestClient[Litestar], redis_client: Redis, settings: Any
 ) -> None:
-    """Decisions 2: the admin offer view's status is open | accepted | rejected | expired. A
-    billed bid shows as accepted and a lost one as rejected, from Redis and from Postgres."""
+    """docs/contract.md#2-inventory: the admin offer view's status is open | accepted | rejected |
+    expired. A billed bid shows as accepted and a lost one as rejected, from Redis and from
+    Postgres."""
     await seed(settings.database_url, basic_document())
     await wait_for_inventory(app_client)
     hot = HotState(redis_client)
@@ -409,8 +410,8 @@ async def test_a_timestamp_stored_as_infinity_reads_as_the_first_or_last_instant
 async def test_the_cli_shows_and_tops_up_what_the_admin_api_does(
     app_client: AsyncTestClient[Litestar], redis_client: Redis, settings: Any
 ) -> None:
-    """Decisions section 2: every admin operation from the command line too. `bidder campaigns
-    show|top-up`, `offers show` and `deals show` print what the admin API answers, and a
+    """docs/contract.md#2-inventory: every admin operation from the command line too. `bidder
+    campaigns show|top-up`, `offers show` and `deals show` print what the admin API answers, and a
     top-up logs its audit line there as well."""
     await seed(settings.database_url, basic_document())
     await wait_for_inventory(app_client)

@@ -253,8 +253,8 @@ async def test_a_bid_never_answered_is_released_at_expiry(servers: ServerUrls, c
 
 
 async def test_a_stalled_redis_gets_the_pixel_a_503_at_once(live: Live) -> None:
-    """Decisions 7: with Redis unreachable the service answers at once, no hang. A Redis that
-    accepts connections and never answers (a stall) must get the impression pixel its 503
+    """docs/contract.md#7-durability: with Redis unreachable the service answers at once, no hang. A
+    Redis that accepts connections and never answers (a stall) must get the impression pixel its 503
     within the hot path's timeout, not the background clients' 2 s."""
     impression = tracking_of(await make_bid(live))["impression"]
 

@@ -1,5 +1,5 @@
-"""Inventory document validation (decisions section 2): one case per rule, every problem found
-at once with its list, index, id and field, and references to stored items."""
+"""Inventory document validation (docs/contract.md#2-inventory): one case per rule, every problem
+found at once with its list, index, id and field, and references to stored items."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""BidRequest validation without a server (decisions section 6): the leaf types each rule takes,
-JSON `true` never counting as a number, and bodies that are not UTF-8 being malformed JSON."""
+"""BidRequest validation without a server (docs/contract.md#6-openrtb-path): the leaf types each
+rule takes, JSON `true` never counting as a number, and bodies that are not UTF-8 being malformed
+JSON."""
 
 from __future__ import annotations
 
@@ -80,8 +81,8 @@ def test_each_rule_takes_only_its_type(changes: dict[str, Any], code: str) -> No
 @pytest.mark.parametrize(
     ("changes", "code"),
     [
-        # Decisions section 6 puts only malformed JSON before its codes: a request without
-        # its ids (or with an unreadable `mimes`) meets every rule first.
+        # The contract (docs/contract.md#6-openrtb-path) puts only malformed JSON before its codes:
+        # a request without its ids (or with an unreadable `mimes`) meets every rule first.
         ({"id": None, "imp": [{}, {}]}, "MULTI_IMP_NOT_SUPPORTED"),
         ({"id": None, "imp__0__id": None, "at": 1}, "NOT_FIXED_PRICE"),
         ({"imp__0__id": None, "imp__0__tagid": None}, "NO_EXTERNAL_SCREEN_ID"),
@@ -136,8 +137,9 @@ def test_a_string_that_is_not_utf8_is_malformed_json(raw: bytes) -> None:
 def test_a_container_of_the_wrong_type_counts_against_its_rule(
     changes: dict[str, Any], code: str
 ) -> None:
-    """Decisions section 6 keeps INVALID_REQUEST for malformed JSON: a well-formed body whose
-    `video` is a string has no video object, which its own rule reports."""
+    """The contract (docs/contract.md#6-openrtb-path) keeps INVALID_REQUEST for malformed JSON:
+    a well-formed body whose `video` is a string has no video object, which its own rule
+    reports."""
     assert code_of(json.dumps(body(**changes)).encode()) == code
 
 
@@ -184,8 +186,9 @@ _HUGE = "9" * 5000  # well-formed JSON; msgspec refuses an integer past about 1e
     ],
 )
 def test_a_huge_integer_is_judged_by_its_rule_not_called_malformed(path: str, code: str) -> None:
-    """Decisions section 6: only malformed JSON is INVALID_REQUEST; a 5,000-digit integer
-    (which msgspec refuses as "Integer value out of range") meets its rule, as `1e400` does."""
+    """docs/contract.md#6-openrtb-path: only malformed JSON is INVALID_REQUEST; a 5,000-digit
+    integer (which msgspec refuses as "Integer value out of range") meets its rule, as `1e400`
+    does."""
     raw = json.dumps(body(**{path: "@@huge@@"})).replace('"@@huge@@"', _HUGE).encode()
     assert code_of(raw) == code
 

@@ -1,7 +1,7 @@
 """`match_vast` (the bid's and the Core offer's VAST, from text escaped once per creative) makes
 exactly the document `render_vast` makes of the same offer, field by field, whatever the names,
-URLs, codes and ids hold (decisions 6a: every text and attribute value escaped), and it follows
-a new inventory snapshot."""
+URLs, codes and ids hold (docs/contract.md#6a-vast-documents: every text and attribute value
+escaped), and it follows a new inventory snapshot."""
 
 from __future__ import annotations
 
