@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from bidder import guides, health, tracking
 from bidder.admin import records_routes
 from bidder.admin import routes as admin_routes
+from bidder.asgi import ClientGone
 from bidder.core import routes as core_routes
 from bidder.core import screens
 from bidder.errors import ServiceError
@@ -31,7 +32,12 @@ from bidder.observability import (
 from bidder.openrtb import routes as openrtb_routes
 from bidder.runtime import Runtime
 from bidder.settings import Settings, load_settings
-from bidder.web import http_exception_handler, service_error_handler, unexpected_handler
+from bidder.web import (
+    client_gone_handler,
+    http_exception_handler,
+    service_error_handler,
+    unexpected_handler,
+)
 
 log = logging.getLogger("bidder.app")
 
@@ -94,6 +100,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
         ],
         exception_handlers={
             ServiceError: service_error_handler,
+            ClientGone: client_gone_handler,
             HTTPException: http_exception_handler,
             Exception: unexpected_handler,
         },

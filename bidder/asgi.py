@@ -31,8 +31,15 @@ def body_timeout(seconds: float) -> RequestTimeout:
     )
 
 
+#: The status a request is counted and logged under when its client went away before the
+#: answer (nginx's 499): label `client_closed` on the request counter, an `info` log event,
+#: never a 500 (bidder.observability).
+CLIENT_CLOSED = 499
+
+
 class ClientGone(Exception):
-    """The client disconnected before its request body arrived."""
+    """The client disconnected before its request body arrived. Nobody is left to answer: the
+    request is counted under CLIENT_CLOSED, logged at `info`, without a traceback."""
 
 
 class Answer:
@@ -202,6 +209,10 @@ def bounded_receive(scope: Scope, receive: Receive, seconds: float) -> Receive:
         if complete:
             return await receive()
         event = await receive_within(receive, seconds)
+        if event["type"] == "http.disconnect":
+            # Litestar would make it a 500 ("client disconnected prematurely"): the client's
+            # leaving is no error of the service's (CLIENT_CLOSED).
+            raise ClientGone("client disconnected before the request body arrived")
         if event["type"] != "http.request" or not event.get("more_body", False):
             complete = True
         return event

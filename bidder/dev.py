@@ -207,7 +207,14 @@ def run_dev(port: int, *, reset_demo: bool = False) -> int:
             ]
             print("  ".join(started))
         print(examples(base, api_key, settings.admin_token), flush=True)
-        serve("127.0.0.1", port, 1, log_level=settings.log_level)
+        serve(
+            "127.0.0.1",
+            port,
+            1,
+            log_level=settings.log_level,
+            idle_timeout_seconds=settings.idle_timeout_seconds,
+            max_connections=settings.max_connections_per_worker,
+        )
     finally:
         if local is not None:
             print("dev: stopping Redis and Postgres", file=sys.stderr)
