@@ -12,7 +12,7 @@ limit a 413 before anything is read, a body that grows past the limit a 413).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -77,6 +77,23 @@ def is_json(content_type: str | None) -> bool:
     if content_type is None:
         return False
     return content_type.split(";", 1)[0].strip().lower() == "application/json"
+
+
+#: The 400 of a request carrying more than one Authorization header (docs/decisions.md,
+#: "Duplicate JSON keys and Authorization headers").
+MANY_AUTHORIZATIONS = "Send one Authorization header, not several"
+
+
+def repeated_authorization(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether the request carries the Authorization header more than once: which one counts
+    would be the server's guess (RFC 9110 5.3: it is no list), so such a request is refused."""
+    seen = False
+    for name, _ in headers:
+        if len(name) == 13 and name.lower() == b"authorization":
+            if seen:
+                return True
+            seen = True
+    return False
 
 
 def encode_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:

@@ -23,6 +23,7 @@ from typing import Any, TypeGuard
 import msgspec
 
 from bidder.errors import UNREADABLE_JSON, BadRequest
+from bidder.json_keys import refuse_duplicate_keys
 from matching.json_numbers import JSON_INT_OUT_OF_RANGE, json_tree_with_big_integers
 from matching.money import decimal_places, json_decimal
 
@@ -194,9 +195,13 @@ def parse_bid_request(body: bytes) -> BidAsk:
     try:
         request = _decoder.decode(body)
     except msgspec.ValidationError:  # well-formed so far, but not of the view's shape
-        return _judge(_lenient_view(_tree(body)))
+        tree = _tree(body)
+        refuse_duplicate_keys(body, tree, code="INVALID_REQUEST")
+        return _judge(_lenient_view(tree))
     except UNREADABLE_JSON:
         raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
+    # Valid JSON: one reading of it only (`{"imp": [...], "imp": []}` is refused).
+    refuse_duplicate_keys(body, code="INVALID_REQUEST")
     return _judge(request)
 
 
