@@ -220,3 +220,28 @@ def test_the_minimum_bid_uses_the_audience_as_sent() -> None:
     ask = parse_bid_request(raw.replace('"@@a@@"', "1.0000000000000000004").encode())
     assert ask.audience == Decimal("1.000000000000000000")
     assert openrtb_min_bid_micros(ask.bidfloor, ask.floor_audience) == 2 * MICROS_PER_CENT
+
+
+@pytest.mark.parametrize(
+    ("at", "shown"),
+    [
+        (1, 1),
+        ("x", "x"),
+        ("x" * 100_000, "x" * 64 + "..."),
+        ({"a": [1, 2]}, '{"a":[1,2]}'),
+        ([0] * 1000, "[" + "0," * 31 + "0..."),
+    ],
+)
+def test_a_refused_auction_type_is_repeated_as_sent_or_cut(at: Any, shown: Any) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_bid_request(json.dumps(body(at=at)).encode())
+    assert caught.value.code == "NOT_FIXED_PRICE"
+    assert caught.value.details == {"at": shown}
+
+
+def test_an_integer_of_thousands_of_digits_is_not_repeated_whole() -> None:
+    raw = json.dumps(body()).replace('"at": 3', '"at": ' + "9" * 5000, 1).encode()
+    with pytest.raises(BadRequest) as caught:
+        parse_bid_request(raw)
+    shown = caught.value.details["at"]
+    assert shown == "9" * 64 + "..."  # text: many JSON readers refuse 5,000 digits
