@@ -18,7 +18,7 @@ from pathlib import Path
 from tests.conftest import ADMIN_TOKEN, ServerUrls
 from tests.e2e.test_slow_client import _response, _start, _until_ready
 from tests.e2e.test_two_workers import _tail, free_port
-from tests.factories import basic_document, make_key, seed
+from tests.factories import SCREEN_MOVING, basic_document, make_key, seed
 
 IDLE_TIMEOUT_SECONDS = 1.0
 MAX_CONNECTIONS = 3
@@ -137,6 +137,21 @@ async def test_a_client_gone_mid_body_is_an_info_event_not_a_500(
             writer.write(_post(path, b'{"id": "half', 1000, auth))
             await writer.drain()
             await asyncio.sleep(0.2)  # the request is being read
+            writer.close()
+            await writer.wait_closed()
+        # Whole requests whose clients leave before the answer: answered into a closed
+        # connection, with no error either.
+        bid = b'{"id": "a", "at": 3, "imp": [{"id": "1", "tagid": "ext-moving-1"}]}'
+        for request in (
+            _get(f"/functions/v1/api/offers/request/{SCREEN_MOVING}").replace(
+                b"\r\n\r\n", f"\r\nAuthorization: Bearer {key}\r\n\r\n".encode()
+            ),
+            _post("/functions/v1/openrtb-2-6/bid", bid, len(bid), f"Bearer {key}"),
+            _get("/functions/v1/api/screens"),
+        ):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            await writer.drain()
             writer.close()
             await writer.wait_closed()
         await asyncio.sleep(0.5)
