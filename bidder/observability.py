@@ -31,6 +31,7 @@ from prometheus_client import (
 )
 from prometheus_client import values as prometheus_values
 
+from bidder.asgi import CLIENT_CLOSED
 from store.postgres import UNREACHABLE_ERRORS
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
@@ -370,13 +371,20 @@ class RequestObserver:
         key = (route, method, status)
         counter = self._counted.get(key)
         if counter is None:
-            counter = self._counted[key] = self.metrics.requests.labels(route, method, str(status))
+            label = "client_closed" if status == CLIENT_CLOSED else str(status)
+            counter = self._counted[key] = self.metrics.requests.labels(route, method, label)
         counter.inc()
         timer = self._timed.get(route)
         if timer is None:
             timer = self._timed[route] = self.metrics.latency.labels(route)
         timer.observe(elapsed)
-        if status >= 400 or elapsed > 0.5:
+        if status == CLIENT_CLOSED:
+            # The client left before its answer: its doing, not the service's (no 500).
+            self.log.info(
+                "client closed",
+                extra={"method": method, "route": route, "duration_ms": round(elapsed * 1000, 3)},
+            )
+        elif status >= 400 or elapsed > 0.5:
             self.log.log(
                 logging.ERROR if status >= 500 else logging.INFO,
                 "request",

@@ -24,6 +24,15 @@ DEFAULT_TRACKING_PATH = "/functions/v1/track"
 #: (docs/decisions.md, "A body that stops arriving").
 BODY_TIMEOUT_SECONDS = 10.0
 
+#: How long a connection may stay open without a whole request head arriving (the first one, or
+#: the next on a kept-alive connection) before the server closes it (docs/decisions.md,
+#: "Connections are bounded"). granian takes at most 60 s.
+IDLE_TIMEOUT_SECONDS = 30.0
+MAX_IDLE_TIMEOUT_SECONDS = 60.0
+
+#: Open connections one worker serves at once; more wait in the listen backlog.
+MAX_CONNECTIONS_PER_WORKER = 2048
+
 
 class SettingsError(ValueError):
     """The environment does not describe a runnable service; `problems` lists every reason."""
@@ -52,6 +61,8 @@ class Settings:
     record_batch_size: int = 500
     redis_timeout_seconds: float = 0.25
     body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
+    idle_timeout_seconds: float = IDLE_TIMEOUT_SECONDS
+    max_connections_per_worker: int = MAX_CONNECTIONS_PER_WORKER
     log_level: str = "INFO"
     migration_guide_url: str = ""
     documentation_url: str = ""
@@ -104,6 +115,17 @@ def _positive_float(
         # nan would compare false everywhere: a loop sleeping "nan" seconds would spin.
         problems.append(f"{name} must be a finite number greater than 0, got {raw!r}")
         return default
+    return value
+
+
+def _idle_timeout(env: Mapping[str, str], problems: list[str]) -> float:
+    """IDLE_TIMEOUT_SECONDS: granian counts it in whole milliseconds, at most 60 s."""
+    value = _positive_float(env, "IDLE_TIMEOUT_SECONDS", IDLE_TIMEOUT_SECONDS, problems)
+    if not 0.001 <= value <= MAX_IDLE_TIMEOUT_SECONDS:
+        problems.append(
+            f"IDLE_TIMEOUT_SECONDS must be between 0.001 and {MAX_IDLE_TIMEOUT_SECONDS:g}, "
+            f"got {value:g}"
+        )
     return value
 
 
@@ -230,6 +252,10 @@ def load_settings(
         redis_timeout_seconds=_positive_float(env, "REDIS_TIMEOUT_SECONDS", 0.25, problems),
         body_timeout_seconds=_positive_float(
             env, "BODY_TIMEOUT_SECONDS", BODY_TIMEOUT_SECONDS, problems
+        ),
+        idle_timeout_seconds=_idle_timeout(env, problems),
+        max_connections_per_worker=_positive_int(
+            env, "MAX_CONNECTIONS_PER_WORKER", MAX_CONNECTIONS_PER_WORKER, problems
         ),
         log_level=log_level,
         migration_guide_url=env.get(

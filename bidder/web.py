@@ -16,7 +16,7 @@ from litestar.exceptions import HTTPException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from redis.exceptions import RedisError
 
-from bidder.asgi import Answer, HttpCall, encode_headers, json_answer
+from bidder.asgi import CLIENT_CLOSED, Answer, ClientGone, HttpCall, encode_headers, json_answer
 from bidder.deprecation import OPENRTB_PREFIX, deprecation_headers, openrtb_error_body
 from bidder.errors import ServiceError, Unavailable
 from bidder.observability import RequestObserver, request_id_var
@@ -199,6 +199,12 @@ def unexpected_error(path: str, exc: Exception) -> ServiceError:
     log.exception("unhandled error", extra={"path": path}, exc_info=exc)
     message = "Failed to process the offer" if "/offers/" in path else "Internal error"
     return ServiceError(message, status=HTTP_500_INTERNAL_SERVER_ERROR)
+
+
+def client_gone_handler(request: Request[Any, Any, Any], exc: ClientGone) -> Response[Any]:
+    """A client that left mid-body: an answer nobody reads, with the status the request is
+    counted and logged under (CLIENT_CLOSED: `info`, no traceback, never a 500)."""
+    return Response(b"", status_code=CLIENT_CLOSED)
 
 
 def unexpected_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 from bidder.asgi import Answer, HttpCall, is_json, json_answer
 from bidder.auth import authenticate
 from bidder.errors import UNREADABLE_JSON, BadRequest, Unavailable
+from bidder.json_keys import refuse_duplicate_keys
 from bidder.runtime import Runtime, utcnow
 from bidder.web import call_of, runtime_of
 from matching.json_numbers import JSON_INT_OUT_OF_RANGE, json_tree_with_big_integers
@@ -130,6 +131,7 @@ async def read_json_object(call: HttpCall, *, optional: bool = False) -> dict[st
         raise BadRequest("Request body is not valid JSON") from None
     if not isinstance(decoded, dict):
         raise BadRequest("Request body must be a JSON object")
+    refuse_duplicate_keys(body, decoded)
     return decoded
 
 

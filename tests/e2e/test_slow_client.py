@@ -28,12 +28,17 @@ BID = "/functions/v1/openrtb-2-6/bid"
 BODY_TIMEOUT_SECONDS = 1.0
 
 
-def _start(servers: ServerUrls, port: int, log: Path) -> subprocess.Popen[bytes]:
+def _start(servers: ServerUrls, port: int, log: Path, **settings: str) -> subprocess.Popen[bytes]:
+    """`bidder serve` with one worker on `port`, its output in `log`; `settings` add to or
+    replace the environment's."""
     env = cli_env(
         servers,
-        PUBLIC_BASE_URL=f"http://127.0.0.1:{port}",
-        LOG_LEVEL="WARNING",
-        BODY_TIMEOUT_SECONDS=str(BODY_TIMEOUT_SECONDS),
+        **{
+            "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}",
+            "LOG_LEVEL": "WARNING",
+            "BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT_SECONDS),
+            **settings,
+        },
     )
     command = [sys.executable, "-m", "bidder.cli", "serve", "--workers", "1"]
     command += ["--host", "127.0.0.1", "--port", str(port)]

@@ -244,3 +244,28 @@ def test_ids_hold_at_most_256_characters(path: str, code: str) -> None:
 def test_an_id_above_the_limit_is_not_echoed_in_a_no_bid() -> None:
     assert request_id_of(json.dumps(body(id="a" * 256)).encode()) == "a" * 256
     assert request_id_of(json.dumps(body(id="a" * 257)).encode()) == ""
+
+
+@pytest.mark.parametrize(
+    ("at", "shown"),
+    [
+        (1, 1),
+        ("x", "x"),
+        ("x" * 100_000, "x" * 64 + "..."),
+        ({"a": [1, 2]}, '{"a":[1,2]}'),
+        ([0] * 1000, "[" + "0," * 31 + "0..."),
+    ],
+)
+def test_a_refused_auction_type_is_repeated_as_sent_or_cut(at: Any, shown: Any) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_bid_request(json.dumps(body(at=at)).encode())
+    assert caught.value.code == "NOT_FIXED_PRICE"
+    assert caught.value.details == {"at": shown}
+
+
+def test_an_integer_of_thousands_of_digits_is_not_repeated_whole() -> None:
+    raw = json.dumps(body()).replace('"at": 3', '"at": ' + "9" * 5000, 1).encode()
+    with pytest.raises(BadRequest) as caught:
+        parse_bid_request(raw)
+    shown = caught.value.details["at"]
+    assert shown == "9" * 64 + "..."  # text: many JSON readers refuse 5,000 digits

@@ -121,6 +121,10 @@ def test_missing_required_settings_are_named() -> None:
         ("SIGNING_SECRETS", " , "),
         ("REDIS_URL", "http://cache:6379"),
         ("DATABASE_URL", "postgresql://"),
+        ("IDLE_TIMEOUT_SECONDS", "0"),
+        ("IDLE_TIMEOUT_SECONDS", "61"),  # granian's header read timeout is at most 60 s
+        ("MAX_CONNECTIONS_PER_WORKER", "0"),
+        ("MAX_CONNECTIONS_PER_WORKER", "many"),
     ],
 )
 def test_single_bad_values(name: str, value: str) -> None:
@@ -208,3 +212,14 @@ def test_a_setting_given_to_a_command_that_does_not_need_it_is_still_checked() -
     with pytest.raises(SettingsError) as caught:
         load_settings({**given, "SIGNING_SECRETS": "tiny"}, redis=False, secrets=False)
     assert len(caught.value.problems) == 3
+
+
+def test_connection_bounds_are_generous_by_default_and_settable() -> None:
+    default = load_settings(VALID)
+    assert default.idle_timeout_seconds == 30  # granian's own header read timeout
+    assert default.max_connections_per_worker >= 1024
+    settings = load_settings(
+        {**VALID, "IDLE_TIMEOUT_SECONDS": "2.5", "MAX_CONNECTIONS_PER_WORKER": "64"}
+    )
+    assert settings.idle_timeout_seconds == 2.5
+    assert settings.max_connections_per_worker == 64
