@@ -836,6 +836,19 @@ def _ago(delta: timedelta, offset: str = "Z") -> str:
     return (moment + zone).strftime("%Y-%m-%dT%H:%M:%S") + offset
 
 
+def _later_ago(delta: timedelta, offset: str = "Z") -> Callable[[], str]:
+    """`_ago`, worked out when the test runs: a moment near the window's edge, taken when the
+    tests are collected, would fall out of the window in a long session."""
+    return lambda: _ago(delta, offset)
+
+
+def _when_run(body: Any) -> Any:
+    """`body` with its time-relative values worked out now."""
+    if not isinstance(body, dict):
+        return body
+    return {key: value() if callable(value) else value for key, value in body.items()}
+
+
 async def test_playout_confirmation_is_idempotent(core: Core, redis_client: Redis) -> None:
     deal_id = await _deal(core)
     first = await core.confirm(
@@ -866,13 +879,15 @@ async def test_playout_confirmation_is_idempotent(core: Core, redis_client: Redi
     [
         None,  # an empty body
         {},
-        {"played_at": _ago(timedelta(hours=1), "+02:00")},
-        {"played_at": _ago(timedelta(hours=1), "-09:30")},
-        {"played_at": _ago(timedelta(seconds=5))},
-        {"played_at": _ago(timedelta(hours=2)).replace("T", "t").replace("Z", "z")},  # RFC 3339
+        {"played_at": _later_ago(timedelta(hours=1), "+02:00")},
+        {"played_at": _later_ago(timedelta(hours=1), "-09:30")},
+        {"played_at": _later_ago(timedelta(seconds=5))},
+        {
+            "played_at": lambda: _ago(timedelta(hours=2)).replace("T", "t").replace("Z", "z")
+        },  # RFC 3339
         # The window: 30 days back (a deal's lifetime; a player's queue), 5 minutes ahead.
-        {"played_at": _ago(timedelta(days=29, hours=23))},
-        {"played_at": _ago(-timedelta(minutes=4))},
+        {"played_at": _later_ago(timedelta(days=29, hours=23))},
+        {"played_at": _later_ago(-timedelta(minutes=4))},
         {"duration_seconds": 0},
         {"duration_seconds": 2**31 - 1},  # the largest the record's integer column holds
         {"completion_rate": 0},
@@ -882,6 +897,7 @@ async def test_playout_confirmation_is_idempotent(core: Core, redis_client: Redi
     ],
 )
 async def test_playout_accepts_optional_fields(core: Core, body: Any) -> None:
+    body = _when_run(body)
     deal_id = await _deal(core)
     if body is None:
         response = await core.client.post(f"{API}/playout/confirm/{deal_id}", headers=core.auth)
@@ -914,8 +930,8 @@ async def test_playout_accepts_optional_fields(core: Core, body: Any) -> None:
         ({"played_at": "0001-01-01T00:00:00+14:00"}, "played_at"),
         # Outside the window around now: 30 days back, 5 minutes ahead.
         ({"played_at": "2999-01-01T00:00:00Z"}, "30 days"),
-        ({"played_at": _ago(timedelta(days=30, minutes=10))}, "30 days"),
-        ({"played_at": _ago(-timedelta(minutes=6), "+01:00")}, "5 minutes"),
+        ({"played_at": _later_ago(timedelta(days=30, minutes=10))}, "30 days"),
+        ({"played_at": _later_ago(-timedelta(minutes=6), "+01:00")}, "5 minutes"),
         ({"played_at": "2000-01-01T00:00:00Z"}, "played_at"),
         ({"player_version": 4}, "player_version"),
         ({"screen_resolution": ["1920", "1080"]}, "screen_resolution"),
@@ -923,6 +939,7 @@ async def test_playout_accepts_optional_fields(core: Core, body: Any) -> None:
     ],
 )
 async def test_bad_playout_is_400(core: Core, body: Any, needle: str) -> None:
+    body = _when_run(body)
     deal_id = await _deal(core)
     response = await core.confirm(deal_id, body)
     assert response.status_code == 400, response.text
