@@ -5,6 +5,7 @@ down builds its snapshot: its layout (`InventoryCopy`), its encoding, and where 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
@@ -49,8 +50,8 @@ def decode_inventory_copy(copy: bytes) -> InventoryCopy:
     return _copy_decoder.decode(copy)
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class InventoryCopies:
