@@ -27,7 +27,6 @@ from granian import Granian
 from granian.constants import HTTPModes, Interfaces, Loops
 from granian.http import HTTP1Settings
 from granian.log import LogLevels
-from redis.exceptions import RedisError
 
 from bidder import cli_admin, cli_records
 from bidder.admin import (
@@ -58,6 +57,7 @@ from bidder.settings import (
     SettingsError,
 )
 from matching.inventory import InventoryDocument, Problem
+from store.errors import REDIS_DOWN
 from store.inventory_repo import (
     InventoryRejected,
     export_document,
@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         # Python flushes stdout again at exit, which would fail the same way: point it nowhere.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    except (OSError, RedisError) as exc:  # a file that cannot be written, Redis unreachable
+    except REDIS_DOWN as exc:  # Redis unreachable, or a file that cannot be written (OSError)
         print(f"bidder: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except KeyboardInterrupt:

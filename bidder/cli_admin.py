@@ -37,7 +37,8 @@ from bidder.cli_common import (
 )
 from bidder.errors import ServiceError
 from matching.inventory import Campaign
-from store.hot import REDIS_DOWN, HotState, connect
+from store.errors import REDIS_DOWN
+from store.hot import HotState, connect
 from store.postgres import Conn
 
 View = Callable[[Conn, HotState], Awaitable[Any]]

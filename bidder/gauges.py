@@ -14,8 +14,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from redis.exceptions import RedisError
-
+from store.errors import OUTAGE, REDIS_DOWN
 from store.reconcile import check_balances
 from store.records import queue_stats
 
@@ -52,8 +51,8 @@ async def watch(rt: Runtime) -> None:
         m.dependency_up.labels("postgres").set(1 if await rt.postgres_state() == "ok" else 0)
         try:  # bounded: a frozen Postgres must not hold this loop (or a pool connection)
             await asyncio.wait_for(_budget_check(rt), _BUDGET_CHECK_TIMEOUT)
-        except (RedisError, OSError, TimeoutError):
-            pass
+        except OUTAGE:
+            pass  # dependency_up says so
         except Exception:
             log.exception("budget check failed")
         if not await rt.sleep(WATCH_SECONDS):
@@ -69,7 +68,7 @@ async def _check_redis(rt: Runtime) -> None:
         started = time.perf_counter()
         depth, lag = await asyncio.wait_for(queue_stats(rt.redis), _CHECK_TIMEOUT)
         m.redis_latency.labels("queue_stats").observe(time.perf_counter() - started)
-    except (RedisError, OSError, TimeoutError):
+    except REDIS_DOWN:
         m.dependency_up.labels("redis").set(0)
         return
     m.dependency_up.labels("redis").set(1)

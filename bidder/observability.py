@@ -32,7 +32,7 @@ from prometheus_client import (
 from prometheus_client import values as prometheus_values
 
 from bidder.asgi import CLIENT_CLOSED
-from store.postgres import UNREACHABLE_ERRORS
+from store.errors import POSTGRES_UNREACHABLE
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
@@ -70,7 +70,7 @@ class WithoutOutageTracebacks(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if record.levelno <= logging.WARNING and isinstance(exc, UNREACHABLE_ERRORS):
+        if record.levelno <= logging.WARNING and isinstance(exc, POSTGRES_UNREACHABLE):
             record.error = f"{type(exc).__name__}: {exc}"
             record.exc_info = None
             record.exc_text = None

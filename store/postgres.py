@@ -11,6 +11,8 @@ from typing import overload
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from store.errors import POSTGRES_CLOSED, POSTGRES_DOWN
+
 #: A connection of its own or one borrowed from a pool: the queries take either.
 Conn = asyncpg.Connection | PoolConnectionProxy
 
@@ -63,23 +65,10 @@ def migration_files() -> list[tuple[str, str]]:
     )
 
 
-#: What a call raises when Postgres cannot be reached: refused, dropped, starting or stopping.
-UNREACHABLE_ERRORS: tuple[type[Exception], ...] = (
-    OSError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-)
-
-#: What connecting to Postgres raises when it cannot: refused or timed out (OSError,
-#: TimeoutError), refused by the server (PostgresError, InterfaceError), or a DATABASE_URL
-#: asyncpg cannot use (ValueError: a port that is not a number, a bad sslmode).
-CONNECT_ERRORS: tuple[type[Exception], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    ValueError,
-)
+#: What connecting to Postgres raises when it cannot: refused, timed out or refused by the
+#: server (`POSTGRES_DOWN`), a pool or connection closed under it (`POSTGRES_CLOSED`), or a
+#: DATABASE_URL asyncpg cannot use (ValueError: a port that is not a number, a bad sslmode).
+CONNECT_ERRORS: tuple[type[Exception], ...] = (*POSTGRES_DOWN, *POSTGRES_CLOSED, ValueError)
 
 
 def describe_connect_error(exc: Exception) -> str:

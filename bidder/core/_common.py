@@ -15,7 +15,6 @@ from typing import Any
 
 import msgspec
 from litestar import MediaType, Request, Response
-from redis.exceptions import RedisError
 
 from bidder.asgi import Answer, HttpCall, is_json, json_answer
 from bidder.auth import authenticate
@@ -26,6 +25,7 @@ from bidder.web import call_of, runtime_of
 from matching.json_numbers import JSON_INT_OUT_OF_RANGE, json_tree_with_big_integers
 from matching.money import json_decimal
 from matching.snapshot import ApiKeyInfo, Snapshot
+from store.errors import REDIS_DOWN
 
 #: Core API paths.
 CORE_PREFIX = "/functions/v1/api"
@@ -82,7 +82,7 @@ def hot_state_errors() -> Iterator[None]:
     """Redis unreachable or too slow: 503 at once, so the player can fall back and retry."""
     try:
         yield
-    except (RedisError, OSError) as exc:  # TimeoutError is an OSError
+    except REDIS_DOWN as exc:
         raise Unavailable(
             "Service temporarily unavailable, retry shortly", headers={"Retry-After": "1"}
         ) from exc

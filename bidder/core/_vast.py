@@ -9,7 +9,7 @@ from bidder.offers import MadeOffer
 from bidder.vast import VastAd, match_vast, render_vast, tracking_urls
 from matching.money import micros_to_cents
 from matching.snapshot import ScreenInfo
-from store.hot import epoch_ms
+from store.hot.ids import epoch_ms
 
 
 def offer_vast(
