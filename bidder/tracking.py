@@ -101,7 +101,8 @@ async def _billing(rt: Runtime, offer_id: str) -> dict[str, Any]:
     if offer is None or offer.get("channel") != "openrtb" or offer.get("status") != "open":
         return {}
     gross = int(offer["price"])
-    publisher = rt.snapshot.publishers.get(offer["publisher"]) if rt.snapshot else None
+    snapshot = rt.inventory.snapshot
+    publisher = snapshot.publishers.get(offer["publisher"]) if snapshot else None
     rate = publisher.commission_rate if publisher else rt.settings.default_commission_rate
     net, commission = split_gross(gross, rate)
     return {

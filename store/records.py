@@ -533,6 +533,12 @@ class RecordWriter:
                 await asyncio.sleep(_BACKOFF_CAP_S)
 
 
+class WriterPostgres(Protocol):
+    """What `run_writer` needs of bidder.runtime.PostgresHandle."""
+
+    async def connect(self) -> asyncpg.Pool: ...
+
+
 class WriterRuntime(Protocol):
     """What `run_writer` needs of bidder.runtime.Runtime."""
 
@@ -542,7 +548,8 @@ class WriterRuntime(Protocol):
     @property
     def metrics(self) -> Any: ...
 
-    async def connect_postgres(self) -> asyncpg.Pool: ...
+    @property
+    def postgres(self) -> WriterPostgres: ...
 
 
 async def run_writer(runtime: WriterRuntime) -> None:
@@ -553,7 +560,7 @@ async def run_writer(runtime: WriterRuntime) -> None:
     redis = connect(settings.redis_url, timeout=2.0, max_connections=4)
     writer = RecordWriter(
         redis,
-        runtime.connect_postgres,
+        runtime.postgres.connect,
         batch_size=settings.record_batch_size,
         metrics=runtime.metrics,
     )

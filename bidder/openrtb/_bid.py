@@ -41,7 +41,7 @@ _NBR_REASONS = frozenset({"resolution_mismatch"})
 
 async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answer:
     settings = rt.settings
-    snapshot = rt.snapshot
+    snapshot = rt.inventory.snapshot
     if snapshot is None:  # starting up: keys and screens are not known yet
         body = await call.body(MAX_BID_BYTES)
         rt.metrics.count_no_bid("technical")

@@ -36,7 +36,7 @@ async def core(live: Live) -> Core:
 
 
 def _moving_screen(core: Core) -> str:
-    snapshot = core.rt.snapshot
+    snapshot = core.rt.inventory.snapshot
     assert snapshot is not None
     return next(s.id for s in snapshot.screens.values() if s.type == "moving")
 

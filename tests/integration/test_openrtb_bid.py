@@ -74,7 +74,7 @@ async def seeded(live: Live, **lists: Any) -> dict[str, str]:
     """Seed the basic inventory (or with `lists` replaced); headers with a key of PUB."""
     await f.seed(live.database_url, f.basic_document(**lists))
     key = await f.make_key(live.database_url)
-    await live.rt.reload_inventory()
+    await live.rt.inventory.reload()
     return {"Authorization": f"Bearer {key}"}
 
 
@@ -293,7 +293,7 @@ async def test_the_outcome_record_carries_the_bid_request_fields_to_postgres(
     )
     assert Decimal(carried["audience"]) == Decimal("119.47")
 
-    pool = await live.rt.connect_postgres()
+    pool = await live.rt.postgres.connect()
 
     async def get_pool() -> asyncpg.Pool:
         return pool
@@ -369,7 +369,7 @@ async def test_missing_or_invalid_key_is_401(live: Live, authorization: str | No
 async def test_other_environment_key_is_401(live: Live) -> None:
     await seeded(live)
     key = await f.make_key(live.database_url, prefix="dk_live_")
-    await live.rt.reload_inventory()
+    await live.rt.inventory.reload()
     response = await post_bid(live, {"Authorization": f"Bearer {key}"}, bid_request())
     assert_error(response, 401, "INVALID_API_KEY")
 
@@ -610,7 +610,7 @@ async def test_an_audience_finer_than_4_decimals_is_recorded_as_priced(live: Liv
     assert Decimal(str(bid["price"])) == Decimal("0.29867808")
     parts = urlsplit(bid["lurl"].replace("reason=${AUCTION_LOSS}", "reason=102"))
     assert (await live.client.get(f"{parts.path}?{parts.query}")).status_code == 204
-    pool = await live.rt.connect_postgres()
+    pool = await live.rt.postgres.connect()
 
     async def get_pool() -> asyncpg.Pool:
         return pool

@@ -184,7 +184,7 @@ async def test_without_redis_an_offer_missing_from_postgres_is_503_not_404(
     Postgres."""
     async with live_app(make_settings(servers)) as running:
         await seed(running.database_url, basic_document())
-        await running.rt.reload_inventory()
+        await running.rt.inventory.reload()
         camp = build_snapshot(basic_document()).campaigns[CAMPAIGN]
         now = datetime.now(UTC)
         fields = {"channel": "core", "publisher": PUB, "creative": CREATIVE_VIDEO}
