@@ -54,7 +54,7 @@ def runtime_of(request: Request[Any, Any, Any]) -> Runtime:
 def call_of(request: Request[Any, Any, Any]) -> HttpCall:
     """The bare view of a Litestar request that the hot routes' functions take."""
     return HttpCall(
-        request.scope, request.receive, runtime_of(request).settings.body_timeout_seconds
+        request.scope, request.receive, runtime_of(request).settings.limits.body_timeout_seconds
     )
 
 

@@ -557,11 +557,11 @@ async def run_writer(runtime: WriterRuntime) -> None:
     client of its own: a blocking read must not hold one of the hot path's connections, and
     needs a longer socket timeout than the hot path's fail-fast one."""
     settings = runtime.settings
-    redis = connect(settings.redis_url, timeout=2.0, max_connections=4)
+    redis = connect(settings.redis.url, timeout=2.0, max_connections=4)
     writer = RecordWriter(
         redis,
         runtime.postgres.connect,
-        batch_size=settings.record_batch_size,
+        batch_size=settings.records.batch_size,
         metrics=runtime.metrics,
     )
     log.info("record writer started", extra={"consumer": writer.consumer})

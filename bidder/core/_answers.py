@@ -174,7 +174,7 @@ async def _answer(
 ) -> Answer:
     rt = caller.rt
     publisher = caller.snapshot.publishers.get(caller.publisher_id)
-    rate = publisher.commission_rate if publisher else rt.settings.default_commission_rate
+    rate = publisher.commission_rate if publisher else rt.settings.offers.default_commission_rate
     billing_id = random_uuid()
     net, commission = split_gross(accepted, rate) if action == "accept" else (0, 0)
     if action == "accept":

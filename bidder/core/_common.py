@@ -66,7 +66,7 @@ def authorize_key(rt: Runtime, authorization: str | None, code: str | None = Non
     if snapshot is None:  # keys live in the snapshot: none can be checked before it loads
         raise Unavailable("Service is starting, retry shortly", headers={"Retry-After": "1"})
     now = utcnow()
-    key = authenticate(authorization, snapshot, rt.settings.key_prefix, now, code=code)
+    key = authenticate(authorization, snapshot, rt.settings.server.key_prefix, now, code=code)
     return Caller(rt, snapshot, key, now)
 
 

@@ -52,7 +52,7 @@ async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answ
     key = authenticate(
         call.header(b"authorization"),
         snapshot,
-        settings.key_prefix,
+        settings.server.key_prefix,
         now,
         code="INVALID_API_KEY",
     )
@@ -93,7 +93,7 @@ async def _make_bid(
         screen,
         now,
         channel="openrtb",
-        ttl_seconds=rt.settings.offer_ttl_seconds,
+        ttl_seconds=rt.settings.offers.ttl_seconds,
         audience=ask.audience,
         min_price_micros=openrtb_min_bid_micros(ask.bidfloor, ask.floor_audience),
         slot=VideoSlot(ask.width, ask.height, ask.mimes),

@@ -39,19 +39,19 @@ class Runtime:
         # serves reads, syncs, the sweeper, the writer and the admin API, where a busy moment
         # should not turn into a 503.
         self.redis: Redis = connect(
-            settings.redis_url, max(settings.redis_timeout_seconds, _BACKGROUND_REDIS_TIMEOUT)
+            settings.redis.url, max(settings.redis.timeout_seconds, _BACKGROUND_REDIS_TIMEOUT)
         )
-        self.fast = PipelinedRedis(settings.redis_url, settings.redis_timeout_seconds)
+        self.fast = PipelinedRedis(settings.redis.url, settings.redis.timeout_seconds)
         self.hot = HotState(self.redis, fast=self.fast)
         self.metrics = Metrics()
         stopping = asyncio.Event()
-        self.postgres = PostgresHandle(settings.database_url, stopping)
+        self.postgres = PostgresHandle(settings.postgres.url, stopping)
         self.inventory = InventoryLoader(settings, self.postgres, self.hot, self.metrics)
         self.budgets = Budgets()
         self.loops = Loops(stopping)
         #: Loops started beside the built-in ones, each given this runtime.
         self.extra_loops: list[Callable[[Runtime], Awaitable[None]]] = []
-        if settings.record_writer:
+        if settings.records.writer:
             self.extra_loops.append(run_writer)
 
     async def start(self) -> None:
@@ -61,9 +61,13 @@ class Runtime:
             await self.postgres.connect()
         await self.inventory.load()
         settings, loops = self.settings, self.loops
-        loops.spawn(inventory_loop(loops, self.inventory, settings.inventory_poll_seconds))
+        loops.spawn(
+            inventory_loop(loops, self.inventory, settings.intervals.inventory_poll_seconds)
+        )
         loops.spawn(budget_loop(loops, self.budgets, self.hot, self.fast))
-        loops.spawn(sweep_loop(loops, self.hot, self.metrics, settings.sweep_interval_seconds))
+        loops.spawn(
+            sweep_loop(loops, self.hot, self.metrics, settings.intervals.sweep_interval_seconds)
+        )
         for loop in self.extra_loops:
             loops.spawn(loop(self))
 

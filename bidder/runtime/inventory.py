@@ -59,7 +59,7 @@ class InventoryLoader:
         self._copy_problem: str | None = None  # what keeping the copy last failed on
         self._refused_copy: str | None = None  # the stamp of a copy found unusable
         # Which secret signs this worker's copies: a token of its own, never the secret itself.
-        self._copy_signed_by = signer(settings.signing_secret).token(b"copy")[:8]
+        self._copy_signed_by = signer(settings.secrets.signing_secret).token(b"copy")[:8]
         self._logged_failure: str | None = None  # the reload failure the log last reported
         self._keeping_reloads = 0  # reloads in a row whose sync left a top-up's total alone
 
@@ -182,7 +182,7 @@ class InventoryLoader:
     ) -> None:
         """Write what this snapshot is built of to Redis, signed with the newest signing
         secret, for a worker that starts while Postgres is down (`load_copy`)."""
-        secret = self.settings.signing_secret
+        secret = self.settings.secrets.signing_secret
 
         def encoded() -> tuple[bytes, str]:
             copy = encode_inventory_copy(version, doc, keys)
@@ -226,7 +226,7 @@ class InventoryLoader:
         if stamp == self._refused_copy:
             return False
         layout, _, _ = stamp.partition(":")
-        secrets = self.settings.signing_secrets
+        secrets = self.settings.secrets.signing_secrets
 
         def build() -> Snapshot | str:
             if layout != str(INVENTORY_COPY_FORMAT):

@@ -52,7 +52,7 @@ async def live_app(settings: Settings) -> AsyncIterator[Live]:
         async with httpx.AsyncClient(
             transport=transport, base_url="http://testserver.local"
         ) as client:
-            yield Live(client, rt, settings.database_url)
+            yield Live(client, rt, settings.postgres.url)
     finally:
         await rt.stop()
 

@@ -358,16 +358,16 @@ async def test_the_deprecation_notice_links_to_guides_that_exist(
     """Link, `documentation` and `migration_guide` point at /docs/...: they answer a guide."""
     settings = make_settings(servers, RECORD_WRITER="0")
     app = create_app(settings)
-    async with AsyncTestClient(app, base_url=settings.public_base_url) as client:
-        for url in (settings.migration_guide_url, settings.documentation_url):
-            path = url.removeprefix(settings.public_base_url)
+    async with AsyncTestClient(app, base_url=settings.server.public_base_url) as client:
+        for url in (settings.server.migration_guide_url, settings.server.documentation_url):
+            path = url.removeprefix(settings.server.public_base_url)
             assert path.startswith("/docs/"), url
             response = await client.get(path)
             assert response.status_code == 200, url
             assert response.headers["content-type"] == "text/markdown; charset=utf-8"
             assert "OpenRTB" in response.text
         migration = await client.get(
-            settings.migration_guide_url.removeprefix(settings.public_base_url)
+            settings.server.migration_guide_url.removeprefix(settings.server.public_base_url)
         )
         # The migration guide itself, step by step, not the whole OpenRTB reference.
         assert migration.text.startswith("# Migrating from the OpenRTB 2.6 bridge to the Core API")

@@ -215,7 +215,9 @@ async def test_bid_response_is_exactly_the_contract_table(
     assert params["pub"] == f.PUB
     assert params["scr"] == f.SCREEN_MOVING
     assert abs(int(params["ts"]) - time.time() * 1000) < 60_000
-    assert verify(settings.signing_secrets, urlsplit(lurl).path, params, ("pub", "scr", "ts"))
+    assert verify(
+        settings.secrets.signing_secrets, urlsplit(lurl).path, params, ("pub", "scr", "ts")
+    )
 
     vast = validate_vast(bid["adm"])
     ad = vast.find("v:Ad", NS)
@@ -228,8 +230,8 @@ async def test_bid_response_is_exactly_the_contract_table(
     assert media.text == "https://cdn.example/summer.mp4"
     assert vast.findtext(".//v:Duration", namespaces=NS) == "00:00:15"
     assert vast.findtext(".//v:Expires", namespaces=NS) in {
-        str(settings.offer_ttl_seconds),
-        str(settings.offer_ttl_seconds - 1),
+        str(settings.offers.ttl_seconds),
+        str(settings.offers.ttl_seconds - 1),
     }
     assert vast.findtext(".//v:Extension/v:BillingCode", namespaces=NS) == "BILL-FIZZY-METRO"
     assert vast.findtext(".//v:Extension/v:BidPriceCents", namespaces=NS) == "29.8675"
@@ -279,7 +281,7 @@ async def test_the_outcome_record_carries_the_bid_request_fields_to_postgres(
         notice = await live.client.get(f"{parts.path}?{parts.query}")
         assert notice.status_code == 204, notice.text
     else:
-        past_expiry = utcnow() + timedelta(seconds=settings.offer_ttl_seconds + 1)
+        past_expiry = utcnow() + timedelta(seconds=settings.offers.ttl_seconds + 1)
         assert await live.rt.hot.expire_due(past_expiry) == {"openrtb": 1}
 
     records = await queue_records(live.rt.redis)
