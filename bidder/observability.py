@@ -285,7 +285,7 @@ def _incoming_request_id(headers: Iterable[tuple[bytes, bytes]]) -> str:
 
 class RequestObserver:
     """What every HTTP request gets, whichever stack serves it (Litestar's middleware below, or
-    `bidder.front` for the hot routes): a request id (X-Request-ID in and out), the request
+    `bidder.http.front` for the hot routes): a request id (X-Request-ID in and out), the request
     counter and latency histogram per route, and a log line for every 4xx/5xx and for slow
     requests."""
 

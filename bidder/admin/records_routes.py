@@ -22,8 +22,8 @@ from redis.exceptions import RedisError
 
 from bidder.admin._common import ADMIN_PREFIX, json_response, path_uuid, require_admin
 from bidder.errors import NotFound, Unavailable
+from bidder.http.web import answering_pool, iso_utc, postgres_unavailable, runtime_of
 from bidder.runtime import Runtime
-from bidder.web import answering_pool, iso_utc, postgres_unavailable, runtime_of
 from matching.money import micros_to_cents, plain
 from store.hot import HotState
 from store.postgres import aware

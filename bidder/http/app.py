@@ -13,7 +13,7 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from bidder import guides, health, tracking
+from bidder import tracking
 from bidder.admin import openapi as admin_openapi
 from bidder.admin import records_routes
 from bidder.admin import routes as admin_routes
@@ -21,7 +21,9 @@ from bidder.core import openapi as core_openapi
 from bidder.core import routes as core_routes
 from bidder.core import screens
 from bidder.errors import ServiceError
-from bidder.front import Front, options_allow
+from bidder.http import guides, health
+from bidder.http.front import Front, options_allow
+from bidder.http.web import http_exception_handler, service_error_handler, unexpected_handler
 from bidder.observability import (
     Metrics,
     RequestObserver,
@@ -33,7 +35,6 @@ from bidder.observability import (
 from bidder.openrtb import routes as openrtb_routes
 from bidder.runtime import Runtime
 from bidder.settings import Settings, load_settings
-from bidder.web import http_exception_handler, service_error_handler, unexpected_handler
 
 log = logging.getLogger("bidder.app")
 
@@ -110,7 +111,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
         request_max_body_size=1_000_000,
         type_encoders={msgspec.Struct: msgspec.to_builtins},
     )
-    # The hot routes are answered in front of Litestar's stack (bidder/front.py); Litestar
+    # The hot routes are answered in front of Litestar's stack (bidder/http/front.py); Litestar
     # still sets up each request's scope and serves everything else.
     app.asgi_handler = Front(app.asgi_handler, rt, observer, options_allow(app.routes))
     return app

@@ -1,7 +1,7 @@
 """Bare ASGI plumbing for the hot routes: a request read straight from the ASGI scope, and a
 finished answer sent as it is.
 
-The offer request, the offer response and the OpenRTB bid are served by `bidder.front` without
+The offer request, the offer response and the OpenRTB bid are served by `bidder.http.front` without
 Litestar's request and response objects (docs/performance.md). What those objects did for them
 is done here, with the same results: the first value of a header, the first value of a query
 parameter (`parse_qsl` over the latin-1 query string, blank values kept), and the body read
