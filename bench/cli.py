@@ -1,7 +1,7 @@
-"""The `bidder bench` subcommand: bidder/cli.py calls `register(subparsers)`.
+"""The `bidder bench` subcommand: bidder/cli/main.py calls `register(subparsers)`.
 
 The bench package is not part of the wheel (it needs the dev tools: wrk, Locust, matplotlib), so
-bidder/cli.py should import this module lazily and skip the command when it is missing.
+bidder/cli/main.py should import this module lazily and skip the command when it is missing.
 """
 
 from __future__ import annotations

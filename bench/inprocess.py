@@ -31,7 +31,7 @@ import redis
 
 from bench import seed, server, workload
 from bench.profile import ROOT
-from bidder.app import create_app
+from bidder.http.app import create_app
 
 _ACCEPT_BODY = b'{"action": "accept", "accepted_price_cents": 0.01}'
 Send = Callable[[], Awaitable[tuple[int, bytes]]]

@@ -24,9 +24,7 @@ import msgspec
 from msgspec.structs import replace
 
 from bench import seed, workload
-from bidder.openrtb._loss import loss_url
-from bidder.openrtb._request import parse_bid_request
-from bidder.openrtb._response import Bid, bid_response, new_uuid
+from bidder.openrtb import Bid, bid_response, loss_url, new_uuid, parse_bid_request
 from bidder.settings import load_settings
 from bidder.vast import VastAd, match_vast, render_vast, tracking_urls
 from matching.engine import Match, VideoSlot, select

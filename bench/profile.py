@@ -23,7 +23,7 @@ import httpx
 from pyinstrument import Profiler
 
 from bench import seed, server, workload
-from bidder.app import create_app
+from bidder.http.app import create_app
 
 ROOT = Path(".run/bench")
 

@@ -243,7 +243,7 @@ def process_tree(root_pid: int) -> list[int]:
 
 @dataclass
 class Worker:
-    """One granian worker serving bidder.app:app_from_env."""
+    """One granian worker serving bidder.http.app:app_from_env."""
 
     seeded: Seeded
     log_path: Path
@@ -292,7 +292,7 @@ class Worker:
             "--port",
             str(self.port),
             "--factory",
-            "bidder.app:app_from_env",
+            "bidder.http.app:app_from_env",
         ]
 
     def start(self) -> None:

@@ -84,7 +84,7 @@ class PayloadTooLarge(ServiceError):
 
 
 class RequestTimeout(ServiceError):
-    """The request body did not arrive in time (bidder.asgi.BODY_TIMEOUT_SECONDS)."""
+    """The request body did not arrive in time (the BODY_TIMEOUT_SECONDS setting)."""
 
     status = 408
     code = "REQUEST_TIMEOUT"

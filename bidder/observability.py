@@ -31,8 +31,12 @@ from prometheus_client import (
 )
 from prometheus_client import values as prometheus_values
 
-from bidder.asgi import CLIENT_CLOSED
 from store.errors import POSTGRES_UNREACHABLE
+
+#: The status a request is counted and logged under when its client went away before the
+#: answer (nginx's 499): label `client_closed` on the request counter, an `info` log event,
+#: never a 500.
+CLIENT_CLOSED = 499
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
@@ -343,7 +347,7 @@ def _incoming_request_id(headers: Iterable[tuple[bytes, bytes]]) -> str:
 
 class RequestObserver:
     """What every HTTP request gets, whichever stack serves it (Litestar's middleware below, or
-    `bidder.front` for the hot routes): a request id (X-Request-ID in and out), the request
+    `bidder.http.front` for the hot routes): a request id (X-Request-ID in and out), the request
     counter and latency histogram per route, and a log line for every 4xx/5xx and for slow
     requests."""
 

@@ -19,11 +19,11 @@ from litestar import Request, Response, get
 
 from bidder.deprecation import deprecation_headers
 from bidder.errors import Forbidden, Unavailable
+from bidder.http.web import runtime_of
 from bidder.runtime import Runtime, utcnow
 from bidder.settings import Settings
 from bidder.signing import query_values, verify
 from bidder.vast import IMPRESSION_EVENT, OPENRTB_MACROS, TRACKING_SIGNED, macro_value
-from bidder.web import runtime_of
 from matching.money import split_gross
 from store.errors import REDIS_DOWN
 

@@ -19,7 +19,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
 
-from bidder.app import create_app
+from bidder.http.app import create_app
 from bidder.settings import Settings, load_settings
 from store.hot import connect
 from store.local_servers import LocalServers

@@ -22,8 +22,8 @@ from litestar.params import FromPath
 
 from bidder.admin._common import audit, decode, json_response, path_uuid
 from bidder.errors import BadRequest, NotFound, ServiceError
+from bidder.http.web import postgres, runtime_of
 from bidder.runtime import Budgets, utcnow
-from bidder.web import postgres, runtime_of
 from matching.engine import Budget
 from matching.inventory import MAX_AMOUNT_CENTS, Campaign
 from matching.money import CENT_PLACES, cents_to_micros, micros_to_cents

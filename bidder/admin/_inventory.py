@@ -12,7 +12,7 @@ from litestar import Request, Response, get, put
 from bidder.admin._common import audit, decode, json_response, problems_response
 from bidder.errors import UNREADABLE_JSON, BadRequest
 from bidder.field_problems import decode_document
-from bidder.web import postgres
+from bidder.http.web import postgres
 from matching.inventory import InventoryDocument
 from store.inventory_repo import InventoryRejected, Progress, export_document, import_document
 from store.postgres import Conn

@@ -14,9 +14,9 @@ from litestar.params import FromPath
 from bidder.admin._common import audit, json_response, path_uuid, read_body
 from bidder.auth import new_api_key
 from bidder.errors import BadRequest, NotFound
+from bidder.http.web import iso_utc, postgres, runtime_of
 from bidder.runtime import utcnow
 from bidder.settings import Settings
-from bidder.web import iso_utc, postgres, runtime_of
 from matching.inventory import in_utc
 from store.inventory_repo import create_api_key, revoke_api_key
 from store.postgres import Conn

@@ -13,6 +13,7 @@ from bidder.admin._common import ADMIN_PREFIX
 from bidder.admin._inventory import MAX_DOCUMENT_BYTES, Imported
 from bidder.admin._keys import KeyCreated, KeyRequest
 from bidder.admin.records_routes import DealView, OfferView
+from bidder.http.web import runtime_of
 from bidder.openapi import (
     Error,
     InventoryProblems,
@@ -25,7 +26,6 @@ from bidder.openapi import (
     path_parameter,
     ref,
 )
-from bidder.web import runtime_of
 from matching.inventory import InventoryDocument
 
 DOCUMENT_PATH = "/docs/openapi-admin.json"

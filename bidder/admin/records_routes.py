@@ -21,8 +21,8 @@ from litestar.params import FromPath
 
 from bidder.admin._common import ADMIN_PREFIX, json_response, path_uuid, require_admin
 from bidder.errors import NotFound, Unavailable
+from bidder.http.web import answering_pool, iso_utc, postgres_unavailable, runtime_of
 from bidder.runtime import Runtime
-from bidder.web import answering_pool, iso_utc, postgres_unavailable, runtime_of
 from matching.money import micros_to_cents, plain
 from store.errors import POSTGRES_CLOSED, POSTGRES_DOWN, REDIS_DOWN
 from store.hot import HotState

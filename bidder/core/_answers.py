@@ -15,7 +15,6 @@ from litestar import Request, post
 from litestar.params import FromPath
 from litestar.types import ASGIApp
 
-from bidder.asgi import Answer, HttpCall
 from bidder.core import _demo
 from bidder.core._common import (
     CORE_PREFIX,
@@ -28,8 +27,9 @@ from bidder.core._common import (
     read_json_object,
 )
 from bidder.errors import BadRequest, NotFound
+from bidder.http.asgi import Answer, HttpCall
+from bidder.http.web import call_of, runtime_of
 from bidder.runtime import Runtime
-from bidder.web import call_of, runtime_of
 from matching.inventory import MAX_AMOUNT_CENTS, canonical_uuid
 from matching.money import (
     MoneyError,
@@ -226,7 +226,7 @@ async def answer_offer(rt: Runtime, call: HttpCall, offer_id: str) -> Answer:
     return await _answer(caller, canonical_uuid(offer_id), action, accepted, reason)
 
 
-# Serves only what bidder.front passes on to Litestar; the same function either way.
+# Serves only what bidder.http.front passes on to Litestar; the same function either way.
 @post(OFFER_RESPONSE, status_code=200, request_max_body_size=MAX_BODY_BYTES)
 async def respond_to_offer(request: Request[Any, Any, Any], offer_id: FromPath[str]) -> ASGIApp:
     """Accept (`accepted_price_cents` required) or reject (optional `rejection_reason`)."""

@@ -16,12 +16,12 @@ from typing import Any
 import msgspec
 from litestar import MediaType, Request, Response
 
-from bidder.asgi import Answer, HttpCall, is_json, json_answer
 from bidder.auth import authenticate
 from bidder.errors import UNREADABLE_JSON, BadRequest, Unavailable
+from bidder.http.asgi import Answer, HttpCall, is_json, json_answer
+from bidder.http.web import call_of, runtime_of
 from bidder.json_keys import refuse_duplicate_keys
 from bidder.runtime import Runtime, utcnow
-from bidder.web import call_of, runtime_of
 from matching.json_numbers import JSON_INT_OUT_OF_RANGE, json_tree_with_big_integers
 from matching.money import json_decimal
 from matching.snapshot import ApiKeyInfo, Snapshot

@@ -15,7 +15,6 @@ from litestar import Request, get
 from litestar.params import FromPath
 from litestar.types import ASGIApp
 
-from bidder.asgi import Answer, HttpCall
 from bidder.core import _demo
 from bidder.core._common import (
     CORE_PREFIX,
@@ -27,9 +26,10 @@ from bidder.core._common import (
 )
 from bidder.core._vast import demo_vast, offer_vast
 from bidder.errors import BadRequest, Forbidden, NotFound, Unprocessable
+from bidder.http.asgi import Answer, HttpCall
+from bidder.http.web import call_of, iso_utc, runtime_of
 from bidder.offers import MadeOffer, make_offer
 from bidder.runtime import Runtime
-from bidder.web import call_of, iso_utc, runtime_of
 from matching.inventory import canonical_uuid
 from matching.money import MoneyError, cents_to_micros, micros_to_cents, parse_cents
 from matching.snapshot import ScreenInfo
@@ -184,7 +184,7 @@ async def offer_by_external_id(rt: Runtime, call: HttpCall, external_id: str) ->
     return await _offer_for(caller, screen, query)
 
 
-# The routes below serve only what bidder.front passes on to Litestar (paths it does not
+# The routes below serve only what bidder.http.front passes on to Litestar (paths it does not
 # recognise as its own, such as one with a trailing slash); both call the same functions.
 
 

@@ -23,7 +23,7 @@ from bidder.core._common import (
     optional_text,
 )
 from bidder.errors import BadRequest, NotFound
-from bidder.web import iso_utc
+from bidder.http.web import iso_utc
 from matching.inventory import canonical_uuid, in_utc
 
 DEAL_NOT_FOUND = "Deal not found or access denied"

@@ -21,6 +21,7 @@ from bidder.core.screens import (
     ScreenRegistration,
     ScreenUpdate,
 )
+from bidder.http.web import runtime_of
 from bidder.openapi import (
     Error,
     any_error,
@@ -32,7 +33,6 @@ from bidder.openapi import (
     path_parameter,
     ref,
 )
-from bidder.web import runtime_of
 from matching.inventory import Screen
 
 DOCUMENT_PATH = "/docs/openapi-core.json"

@@ -23,7 +23,7 @@ from msgspec import UNSET, UnsetType
 from bidder.core._common import CORE_PREFIX, Caller, authorize, json_object, json_response
 from bidder.errors import BadRequest, NotFound, ServiceError, Unavailable
 from bidder.field_problems import UNKNOWN_FIELD, type_problems
-from bidder.web import postgres
+from bidder.http.web import postgres
 from matching.inventory import (
     InventoryDocument,
     Problem,

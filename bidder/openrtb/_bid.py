@@ -11,9 +11,9 @@ from datetime import datetime
 
 import msgspec
 
-from bidder.asgi import Answer, HttpCall, is_json
 from bidder.auth import authenticate
 from bidder.errors import BadRequest
+from bidder.http.asgi import Answer, HttpCall, is_json
 from bidder.offers import MadeOffer, make_offer
 from bidder.openrtb._loss import loss_url
 from bidder.openrtb._request import BidAsk, parse_bid_request, request_id_of

@@ -16,7 +16,6 @@ from typing import Any
 import msgspec
 from litestar import Request
 
-from bidder.asgi import Answer
 from bidder.deprecation import OPENRTB_PREFIX
 from bidder.errors import (
     UNREADABLE_JSON,
@@ -26,12 +25,13 @@ from bidder.errors import (
     Unavailable,
     UriTooLong,
 )
+from bidder.http.asgi import Answer
+from bidder.http.web import runtime_of
 from bidder.openrtb._response import no_content
 from bidder.runtime import utcnow
 from bidder.settings import Settings
 from bidder.signing import SIGNATURE_PARAM, query_values, signer, url_value, verify
 from bidder.vast import macro_value
-from bidder.web import runtime_of
 from matching.money import is_decimal_text, json_decimal
 from store.errors import REDIS_DOWN
 from store.hot.ids import epoch_ms

@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 from litestar import MediaType, Response
 
-from bidder.asgi import Answer, encode_headers, json_answer
 from bidder.deprecation import deprecation_headers, deprecation_notice
+from bidder.http.asgi import Answer, encode_headers, json_answer
 from bidder.settings import PerSettings, Settings
 from store.hot.ids import random_uuid
 

@@ -1,7 +1,7 @@
 """The legacy OpenRTB 2.6 interface (deprecated): bid, loss notice and its OpenAPI document.
 
 Every answer carries `Deprecation: true` and the `Link` to the migration guide; errors come out
-as `{error, message, details, deprecated, ...}` through bidder.web.error_response.
+as `{error, message, details, deprecated, ...}` through bidder.http.web.error_response.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from litestar import Request, Response, get, post, route
 from litestar.params import FromPath
 from litestar.types import ASGIApp
 
-from bidder.core._common import authorize_key
+from bidder.core import authorize_key
 from bidder.deprecation import OPENRTB_PREFIX
+from bidder.http.web import call_of, runtime_of
 from bidder.openrtb._bid import handle_bid
 from bidder.openrtb._loss import handle_loss
 from bidder.openrtb._openapi import openapi_document
 from bidder.openrtb._response import json_document
-from bidder.web import call_of, runtime_of
 
 
-# Serves only what bidder.front passes on to Litestar; the same function either way.
+# Serves only what bidder.http.front passes on to Litestar; the same function either way.
 @post([f"{OPENRTB_PREFIX}/bid", f"{OPENRTB_PREFIX}/"], status_code=200)
 async def bid(request: Request[Any, Any, Any]) -> ASGIApp:
     """A BidRequest in, a BidResponse (or a no-bid) out."""

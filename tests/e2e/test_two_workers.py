@@ -68,7 +68,7 @@ def _granian(servers: ServerUrls, log: Path) -> Iterator[str]:
         "127.0.0.1",
         "--port",
         str(port),
-        "bidder.app:app_from_env",
+        "bidder.http.app:app_from_env",
     ]
     with running(command, env, log):
         yield f"http://127.0.0.1:{port}"

@@ -12,7 +12,7 @@ import asyncpg
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from bidder.app import create_app
+from bidder.http.app import create_app
 from tests.conftest import ADMIN_TOKEN, ServerUrls, make_settings
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

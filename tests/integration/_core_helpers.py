@@ -21,7 +21,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from bidder.app import create_app
+from bidder.http.app import create_app
 from bidder.runtime import Runtime
 from bidder.settings import Settings
 from matching.inventory import InventoryDocument

@@ -370,9 +370,10 @@ async def test_a_reader_that_leaves_early_gets_no_error_line(servers: ServerUrls
     gets there depends on the kernel's timing, so the export here raises it itself.)"""
     script = (
         "import bidder.cli as cli\n"
+        "import bidder.cli.inventory as inventory\n"
         "def export(args):\n"
         "    raise BrokenPipeError(32, 'Broken pipe')\n"
-        "cli._cmd_export = export\n"
+        "inventory._cmd_export = export\n"
         "raise SystemExit(cli.main(['inventory', 'export']))\n"
     )
     done = await asyncio.to_thread(

@@ -18,8 +18,8 @@ from openapi_spec_validator import validate
 from schemathesis.core.result import Ok
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
-from bidder.app import create_app
 from bidder.demo import EXAMPLE_PUBLISHER, EXAMPLE_SCREEN, FIZZY_SUMMER, demo_document
+from bidder.http.app import create_app
 from bidder.settings import Settings
 from tests import factories as f
 from tests.conftest import ADMIN_TOKEN, ServerUrls, make_settings

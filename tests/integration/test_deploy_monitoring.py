@@ -18,7 +18,7 @@ import yaml
 from litestar.testing import AsyncTestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from bidder.app import create_app
+from bidder.http.app import create_app
 from tests.conftest import ServerUrls, make_settings
 from tests.factories import basic_document, seed
 

@@ -21,8 +21,8 @@ import httpx
 import pytest
 import redis
 
+from bidder.cli.dev import prepare_on
 from bidder.demo import EXAMPLE_PUBLISHER
-from bidder.dev import prepare_on
 from bidder.settings import Settings
 from store.local_servers import free_port
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bidder.app import create_app
+from bidder.http.app import create_app
 from bidder.observability import exposition
 from tests.conftest import ADMIN_TOKEN
 from tests.integration._core_helpers import API, Core, Live, live_app, prepare

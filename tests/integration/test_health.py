@@ -16,8 +16,8 @@ import pytest
 import redis
 from litestar.testing import AsyncTestClient
 
-from bidder.app import create_app
-from bidder.core._common import CORE_PREFIX
+from bidder.core import CORE_PREFIX
+from bidder.http.app import create_app
 from bidder.observability import request_id_var
 from bidder.runtime import Runtime
 from bidder.signing import signer

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from bidder.openrtb._loss import loss_url
+from bidder.openrtb import loss_url
 from bidder.runtime import utcnow
 from bidder.settings import Settings
 from store.hot import HotState, connect, epoch_ms

@@ -15,7 +15,7 @@ from openapi_spec_validator import validate
 from schemathesis.core.result import Ok
 from schemathesis.specs.openapi.checks import ignored_auth
 
-from bidder.app import create_app
+from bidder.http.app import create_app
 from bidder.settings import Settings
 from tests import factories as f
 from tests.conftest import ServerUrls

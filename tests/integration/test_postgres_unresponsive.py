@@ -21,7 +21,7 @@ import httpx
 import pytest
 from litestar.testing import AsyncTestClient
 
-from bidder.app import create_app
+from bidder.http.app import create_app
 from tests.conftest import ServerUrls, make_settings, wait_for_inventory
 from tests.factories import PUB, basic_document, make_key, seed
 from tests.integration._admin_helpers import ADMIN, Client, bearer

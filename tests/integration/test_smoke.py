@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from litestar.testing import AsyncTestClient
 
-from bidder.app import create_app
+from bidder.http.app import create_app
 from bidder.settings import Settings
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from bidder.asgi import HttpCall, bounded_receive
 from bidder.errors import RequestTimeout
+from bidder.http.asgi import HttpCall, bounded_receive
 
 TIMEOUT = 0.2
 

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from bidder.auth import new_api_key
-from bidder.cli_common import uuid_argument
+from bidder.cli.common import uuid_argument
 
 
 def test_a_uuid_argument_takes_any_form_and_gives_the_canonical_one() -> None:

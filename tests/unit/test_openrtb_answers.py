@@ -9,7 +9,7 @@ import uuid
 import msgspec
 
 from bidder.deprecation import DEPRECATION_MESSAGE
-from bidder.openrtb._response import Bid, bid_response, new_uuid, no_bid, no_content
+from bidder.openrtb import Bid, bid_response, new_uuid, no_bid, no_content
 from bidder.settings import (
     PostgresSettings,
     RedisSettings,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bidder.errors import BadRequest
-from bidder.openrtb._request import parse_bid_request, request_id_of
+from bidder.openrtb import parse_bid_request, request_id_of
 from matching.money import MICROS_PER_CENT, openrtb_min_bid_micros
 
 

@@ -15,10 +15,10 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from bidder.asgi import CLIENT_CLOSED, Answer, ClientGone, HttpCall, encode_headers, json_answer
 from bidder.deprecation import OPENRTB_PREFIX, deprecation_headers, openrtb_error_body
 from bidder.errors import ServiceError, Unavailable
-from bidder.observability import RequestObserver, request_id_var
+from bidder.http.asgi import Answer, ClientGone, HttpCall, encode_headers, json_answer
+from bidder.observability import CLIENT_CLOSED, RequestObserver, request_id_var
 from bidder.runtime import Runtime
 from bidder.settings import Settings
 from store.errors import POSTGRES_CLOSED, POSTGRES_UNREACHABLE, REDIS_DOWN
@@ -116,7 +116,7 @@ def error_response(request: Request[Any, Any, Any], exc: ServiceError) -> Respon
 
 
 def error_answer(path: str, settings: Settings, exc: ServiceError) -> Answer:
-    """The same as `error_response`, as a bare answer (bidder.front)."""
+    """The same as `error_response`, as a bare answer (bidder.http.front)."""
     body, headers = error_parts(path, settings, exc)
     return json_answer(_encoder.encode(body), exc.status, encode_headers(headers))
 
@@ -158,7 +158,7 @@ def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
-#: The access log's logger (bidder.app gives the request observer the same one).
+#: The access log's logger (bidder.http.app gives the request observer the same one).
 _access = logging.getLogger("bidder.access")
 
 

@@ -1,5 +1,5 @@
 """What the `bidder` commands share: their settings and logging, the one-line failure, a
-Postgres connection set up like the service's, UUID arguments and JSON output."""
+Postgres connection set up like the service's, UUID and port arguments and JSON output."""
 
 from __future__ import annotations
 
@@ -38,6 +38,13 @@ def uuid_argument(value: str) -> str:
         return str(uuid.UUID(value))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a UUID: {shown_as_id(value)}") from None
+
+
+def port_number(value: str) -> int:
+    """An argparse type: a TCP port, 1 to 65535 (what a socket can bind)."""
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {value!r}")
+    return int(value)
 
 
 def formatted_json(value: Any) -> bytes:

@@ -12,7 +12,7 @@ as a wrong method (405 with `Allow`), OPTIONS, HEAD or a path with a trailing sl
 Litestar, whose routes for the same paths call the same functions. A request served here gets
 what Litestar's stack gives: a request id (X-Request-ID in and out), the request metrics under
 the same route label, the log line of a 4xx/5xx or slow request, errors in the shape of the
-interface (bidder.web), and a 500 without a traceback for anything unexpected.
+interface (bidder.http.web), and a 500 without a traceback for anything unexpected.
 """
 
 from __future__ import annotations
@@ -22,12 +22,20 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import unquote
 
-from litestar._asgi.utils import is_valid_host
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from bidder.asgi import (
-    CLIENT_CLOSED,
+from bidder.core import (
+    OFFER_BY_EXTERNAL_ID,
+    OFFER_BY_SCREEN_ID,
+    OFFER_RESPONSE,
+    answer_offer,
+    offer_by_external_id,
+    offer_by_screen_id,
+)
+from bidder.deprecation import OPENRTB_PREFIX, deprecation_headers
+from bidder.errors import BadRequest, ServiceError
+from bidder.http.asgi import (
     MANY_AUTHORIZATIONS,
     Answer,
     ClientGone,
@@ -36,19 +44,11 @@ from bidder.asgi import (
     encode_headers,
     repeated_authorization,
 )
-from bidder.core._answers import OFFER_RESPONSE, answer_offer
-from bidder.core._offers import (
-    OFFER_BY_EXTERNAL_ID,
-    OFFER_BY_SCREEN_ID,
-    offer_by_external_id,
-    offer_by_screen_id,
-)
-from bidder.deprecation import OPENRTB_PREFIX, deprecation_headers
-from bidder.errors import BadRequest, ServiceError
-from bidder.observability import RequestObserver
-from bidder.openrtb._bid import handle_bid
+from bidder.http.litestar_private import is_valid_host
+from bidder.http.web import error_answer, unexpected_error
+from bidder.observability import CLIENT_CLOSED, RequestObserver
+from bidder.openrtb import handle_bid
 from bidder.runtime import Runtime
-from bidder.web import error_answer, unexpected_error
 
 #: A hot route's function: the runtime, the request, and the path parameter ("" for none).
 Handler = Callable[[Runtime, HttpCall, str], Awaitable[Answer]]

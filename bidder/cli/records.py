@@ -18,6 +18,7 @@ import msgspec
 import uvloop
 from prometheus_client import start_http_server
 
+from bidder.cli.common import port_number
 from bidder.observability import Metrics, configure_logging
 from bidder.settings import Settings, SettingsError, load_settings
 from store.errors import REDIS_DOWN
@@ -28,13 +29,6 @@ from store.records import RecordWriter, consumer_name
 
 log = logging.getLogger("bidder.writer")
 _encoder = msgspec.json.Encoder(decimal_format="number")
-
-
-def port_number(value: str) -> int:
-    """An argparse type: a TCP port, 1 to 65535 (a larger one ended in a traceback at bind)."""
-    if not value.isdigit() or not 1 <= int(value) <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {value!r}")
-    return int(value)
 
 
 def register(subparsers: Any) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 from litestar import MediaType, Request, Response, get, head
 
-from bidder.web import runtime_of
+from bidder.http.web import runtime_of
 from store.records import queue_stats
 
 _CHECK_TIMEOUT = 0.5

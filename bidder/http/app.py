@@ -15,16 +15,23 @@ from litestar.exceptions import HTTPException
 from litestar.handlers.base import BaseRouteHandler
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from bidder import guides, health, tracking
+from bidder import tracking
 from bidder.admin import openapi as admin_openapi
 from bidder.admin import records_routes
 from bidder.admin import routes as admin_routes
-from bidder.asgi import MANY_AUTHORIZATIONS, ClientGone, repeated_authorization
 from bidder.core import openapi as core_openapi
 from bidder.core import routes as core_routes
 from bidder.core import screens
 from bidder.errors import BadRequest, ServiceError
-from bidder.front import Front, options_allow
+from bidder.http import guides, health
+from bidder.http.asgi import MANY_AUTHORIZATIONS, ClientGone, repeated_authorization
+from bidder.http.front import Front, options_allow
+from bidder.http.web import (
+    client_gone_handler,
+    http_exception_handler,
+    service_error_handler,
+    unexpected_handler,
+)
 from bidder.observability import (
     Metrics,
     RequestObserver,
@@ -36,12 +43,6 @@ from bidder.observability import (
 from bidder.openrtb import routes as openrtb_routes
 from bidder.runtime import Runtime
 from bidder.settings import Settings, load_settings
-from bidder.web import (
-    client_gone_handler,
-    http_exception_handler,
-    service_error_handler,
-    unexpected_handler,
-)
 
 log = logging.getLogger("bidder.app")
 
@@ -120,7 +121,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
         request_max_body_size=1_000_000,
         type_encoders={msgspec.Struct: msgspec.to_builtins},
     )
-    # The hot routes are answered in front of Litestar's stack (bidder/front.py); Litestar
+    # The hot routes are answered in front of Litestar's stack (bidder/http/front.py); Litestar
     # still sets up each request's scope and serves everything else.
     app.asgi_handler = Front(app.asgi_handler, rt, observer, options_allow(app.routes))
     return app

@@ -14,7 +14,7 @@ from litestar.params import FromPath
 
 from bidder.errors import NotFound
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 #: Path name -> guide file.
 GUIDES = {
     "api-openrtb": "api-openrtb.md",

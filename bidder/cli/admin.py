@@ -28,7 +28,7 @@ from bidder.admin import (
     read_top_up,
     with_budget,
 )
-from bidder.cli_common import (
+from bidder.cli.common import (
     CommandFailed,
     command_settings,
     formatted_json,

@@ -1,7 +1,7 @@
 """Bare ASGI plumbing for the hot routes: a request read straight from the ASGI scope, and a
 finished answer sent as it is.
 
-The offer request, the offer response and the OpenRTB bid are served by `bidder.front` without
+The offer request, the offer response and the OpenRTB bid are served by `bidder.http.front` without
 Litestar's request and response objects (docs/performance.md). What those objects did for them
 is done here, with the same results: the first value of a header, the first value of a query
 parameter (`parse_qsl` over the latin-1 query string, blank values kept), and the body read
@@ -31,15 +31,10 @@ def body_timeout(seconds: float) -> RequestTimeout:
     )
 
 
-#: The status a request is counted and logged under when its client went away before the
-#: answer (nginx's 499): label `client_closed` on the request counter, an `info` log event,
-#: never a 500 (bidder.observability).
-CLIENT_CLOSED = 499
-
-
 class ClientGone(Exception):
     """The client disconnected before its request body arrived. Nobody is left to answer: the
-    request is counted under CLIENT_CLOSED, logged at `info`, without a traceback."""
+    request is counted under bidder.observability's CLIENT_CLOSED, logged at `info`, without a
+    traceback."""
 
 
 class Answer:

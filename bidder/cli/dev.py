@@ -8,6 +8,7 @@ are kept in `.run/dev/dev.json`, so a second run reuses the data and the printed
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
@@ -19,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from bidder.auth import hash_key, new_api_key
-from bidder.cli_common import CommandFailed
+from bidder.cli.common import CommandFailed, port_number
+from bidder.cli.serve import ensure_port_free, serve, warn_public_port
 from bidder.demo import (
     EXAMPLE_AUDIENCE,
     EXAMPLE_EXTERNAL_ID,
@@ -246,8 +248,6 @@ def _print_start(base: str, api_key: str, settings: Settings, local: LocalServer
 
 def run_dev(port: int, *, reset_demo: bool = False) -> int:
     """Prepare everything, serve until Ctrl-C, then stop the local servers cleanly."""
-    from bidder.cli import ensure_port_free, serve, warn_public_port  # noqa: PLC0415 - lazily
-
     local: LocalServers | None = None
     if not (os.environ.get("REDIS_URL") and os.environ.get("DATABASE_URL")):
         local = LocalServers(DEV_FOLDER)
@@ -297,3 +297,21 @@ def run_dev(port: int, *, reset_demo: bool = False) -> int:
                 print("dev: stopping Redis and Postgres", file=sys.stderr)
             local.stop()  # the servers this run started, if any, and the folder's lock
     return 0
+
+
+def _cmd_dev(args: argparse.Namespace) -> int:
+    return run_dev(port=args.port, reset_demo=args.reset_demo)
+
+
+def register(subparsers: Any) -> None:
+    """Add `dev` to the `bidder` command's subparsers."""
+    dev = subparsers.add_parser(
+        "dev", help="local Redis + Postgres, demo inventory and key, serve on 127.0.0.1"
+    )
+    dev.add_argument("--port", type=port_number, default=8000)
+    dev.add_argument(
+        "--reset-demo",
+        action="store_true",
+        help="import the demo inventory again, undoing changes made to its items",
+    )
+    dev.set_defaults(func=_cmd_dev)
