@@ -18,10 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ServerUrls
-from tests.e2e.test_two_workers import _tail, free_port
-from tests.factories import basic_document, make_key, seed
-from tests.integration.test_cli import cli_env
+from tests.support.cli import cli_env
+from tests.support.factories import basic_document, make_key, seed
+from tests.support.processes import free_port, tail
+from tests.support.servers import ServerUrls
 
 BID = "/functions/v1/openrtb-2-6/bid"
 BODY_TIMEOUT_SECONDS = 1.0
@@ -52,7 +52,7 @@ async def _until_ready(port: int, log: Path) -> None:
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail("the server did not start:\n" + _tail(log))
+                pytest.fail("the server did not start:\n" + tail(log))
             await asyncio.sleep(0.2)
 
 
@@ -95,7 +95,7 @@ async def test_slow_body_is_408_and_does_not_hold_the_stop(
         for _ in range(2):
             writer.write(_request(bid, key))
             status, headers, _ = await _response(reader)
-            assert status == 400, _tail(log)  # no such bid: answered, and the connection kept
+            assert status == 400, tail(log)  # no such bid: answered, and the connection kept
             assert headers.get("connection", "").lower() != "close"
         writer.close()
 
@@ -123,7 +123,7 @@ async def test_slow_body_is_408_and_does_not_hold_the_stop(
         await asyncio.to_thread(server.wait, 25)
         took = time.monotonic() - asked
         stuck.close()
-        assert took < BODY_TIMEOUT_SECONDS + 8, _tail(log)
+        assert took < BODY_TIMEOUT_SECONDS + 8, tail(log)
         assert "refused to gracefully stop" not in log.read_text(errors="replace")
     finally:
         if server.poll() is None:

@@ -22,9 +22,9 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from bidder.app import create_app
-from tests.conftest import ServerUrls, make_settings, wait_for_inventory
-from tests.factories import PUB, basic_document, make_key, seed
-from tests.integration._admin_helpers import ADMIN, Client, bearer
+from tests.support.admin import ADMIN, Client, bearer
+from tests.support.factories import PUB, basic_document, make_key, seed
+from tests.support.servers import ServerUrls, make_settings, wait_for_inventory
 
 SCREENS = "/functions/v1/api/screens"
 #: What "answers at once" means here: the service waits about 0.5 s for Postgres. Before the

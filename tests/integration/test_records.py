@@ -24,8 +24,8 @@ from store.hot import QUEUE_GROUP, Answered, Reserved, queue_key, queue_keys
 from store.postgres import create_pool
 from store.reconcile import check_balances
 from store.records import RecordWriter, dead_letter_key, ensure_groups
-from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING
-from tests.integration._records_support import (
+from tests.support.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING
+from tests.support.records import (
     Expected,
     assert_balanced,
     assert_exactly_once,

@@ -13,8 +13,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tests.conftest import ServerUrls, wait_for_inventory
-from tests.factories import (
+from tests.support.admin import ADMIN, Client, bearer, started_client
+from tests.support.factories import (
     PUB,
     PUB_OTHER,
     SCREEN_MOVING,
@@ -25,7 +25,7 @@ from tests.factories import (
     make_key,
     seed,
 )
-from tests.integration._admin_helpers import ADMIN, Client, bearer, started_client
+from tests.support.servers import ServerUrls, wait_for_inventory
 
 SCREENS = "/functions/v1/api/screens"
 

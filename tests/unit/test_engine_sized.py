@@ -22,7 +22,7 @@ from matching.engine import (
 )
 from matching.inventory import Targeting
 from matching.snapshot import build_snapshot
-from tests.factories import SCREEN_MOVING, basic_document, campaign, creative, uid
+from tests.support.factories import SCREEN_MOVING, basic_document, campaign, creative, uid
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 SIZES = [(1920, 1080), (1080, 1920), (1280, 720)]
