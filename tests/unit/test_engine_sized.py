@@ -15,8 +15,8 @@ from matching.engine import (
     Budget,
     Match,
     NoMatch,
+    Scan,
     VideoSlot,
-    _Scan,
     candidates,
     select,
 )
@@ -93,7 +93,7 @@ def test_sized_scan_answers_as_the_whole_list(
         exclude=exclude,
     )
     local = NOW.astimezone(screen.zone)
-    whole = _Scan(NOW, local.weekday(), local.hour, budgets, frozenset(exclude), min_price).best(
+    whole = Scan(NOW, local.weekday(), local.hour, budgets, frozenset(exclude), min_price).best(
         candidates(snap, screen), screen, Decimal(10), 100_000, slot
     )
     assert type(got) is type(whole)
