@@ -102,7 +102,7 @@ async def test_every_record_type_is_written_once_with_exact_money(
             "SELECT count(*) FROM offers WHERE channel = 'openrtb' AND auction_id IS NOT NULL"
         )
         assert auction == 6
-    # per round (see _records_support.MIX), outcome records only, none for a reservation:
+    # per round (see tests/support/records.py, MIX), outcome records only, none for a reservation:
     # accept + playout 2, reject 1, open 0, expiry 1, impression billed + 2 tracking + loss 4,
     # loss 1
     assert expected.records == 3 * 9
