@@ -1,6 +1,7 @@
 """The `private_names` import contract (tests/support/import_contracts.py) on a small package
 written for the test: an underscore name may be imported from inside the package that defines
-it, never from outside; underscore modules and dunders are not its business."""
+it, never from outside; underscore modules of the package itself and dunders are not its
+business; an installed package's underscore modules and names only by a declared shim."""
 
 from __future__ import annotations
 
@@ -25,8 +26,12 @@ FILES = {
         "from demo_pkg.inner import _hidden\n"
         "def later() -> None:\n"
         "    from .inner.defs import _secret\n"
+        "    import json._hidden_module\n"
     ),
-    "demo_pkg/other.py": "from demo_pkg.inner import _package_secret\n",
+    "demo_pkg/other.py": (
+        "from demo_pkg.inner import _package_secret\nfrom json import _default_decoder, loads\n"
+    ),
+    "demo_pkg/shim.py": "from json import _default_decoder\n",
 }
 
 
@@ -44,6 +49,8 @@ def check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[PrivateNameIm
         contract_options={
             "source_modules": ["demo_pkg"],
             "packages_with_private_names": ["demo_pkg"],
+            "external_packages": ["json"],
+            "shims": ["demo_pkg.shim"],
         },
     )
     result = contract.check(graph, verbose=False)
@@ -59,5 +66,8 @@ def test_only_imports_from_outside_the_owning_package_break_it(
     assert sorted(found, key=lambda f: (f.importer, f.line)) == [
         # a name of module demo_pkg.inner.defs belongs to package demo_pkg.inner
         PrivateNameImport("demo_pkg.other", "demo_pkg.inner", "_package_secret", 1),
+        # an installed package's underscore name or module, outside the declared shim
+        PrivateNameImport("demo_pkg.other", "json", "_default_decoder", 2),
         PrivateNameImport("demo_pkg.outside", "demo_pkg.inner.defs", "_secret", 4),
+        PrivateNameImport("demo_pkg.outside", "json._hidden_module", "", 5),
     ]
