@@ -1,4 +1,4 @@
-"""Issue 6's ratios in-process: the app's own CPU per request for GET /healthz, an offer request
+"""The bench's ratios in-process: the app's own CPU per request for GET /healthz, an offer request
 and an accept, on the bench inventory, calling the ASGI app directly (no server, no HTTP client).
 
     .venv/bin/python -m bench.inprocess [--requests 3000] [--cprofile]

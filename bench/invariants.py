@@ -1,4 +1,4 @@
-"""What must hold after a bench run (issue 6), checked against Redis and Postgres directly:
+"""What must hold after a bench run, checked against Redis and Postgres directly:
 
 - the record queue drains (every shard's stream read and acknowledged by the writer);
 - every campaign balances: in Redis reserved >= 0, spent >= 0, reserved + spent <= total

@@ -1,4 +1,4 @@
-"""Locust scenarios for the bench (issue 6): the publisher flow, the SSP flow, demo traffic and
+"""Locust scenarios for the bench: the publisher flow, the SSP flow, demo traffic and
 bad input, each response's status AND shape checked (a deviation fails the request).
 
 Run by bench/run.py headless with fixed users and a bounded time; it reads its targets from

@@ -1,4 +1,4 @@
-"""Record writer measurements (issue 5): sustained records/second one writer commits, and the
+"""Record writer measurements: sustained records/second one writer commits, and the
 drain time after a Postgres outage under load. Writes bench/results/<date>-<scenario>-<commit>.md
 (scenario `records` unless `--scenario` says otherwise), headed by its commit, command and settings.
 

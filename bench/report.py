@@ -31,7 +31,7 @@ PROJECT = RESULTS_DIR.parent.parent
 SCENARIO = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 UNKNOWN_COMMIT = "unknown"
 
-#: (endpoint key, label, minimum share of the ceiling's req/s), issue 6.
+#: (endpoint key, label, minimum share of the ceiling's req/s): the bench's throughput targets.
 THROUGHPUT_TARGETS: tuple[tuple[str, str, float], ...] = (
     ("bid", "bid", 0.5),
     ("offer_request", "offer request", 0.5),
@@ -119,7 +119,7 @@ class Target:
 
 
 def targets(report: RunReport) -> list[Target]:
-    """Issue 6's targets against this run's figures."""
+    """The bench's targets (bench/README.md, "Targets") against this run's figures."""
     found: list[Target] = []
     ceiling = report.ceiling
     for key, label, share in THROUGHPUT_TARGETS:
@@ -266,7 +266,7 @@ def render_markdown(report: RunReport, chart_name: str | None = None) -> str:
     out += _wrk_table(report.paced, report.ceiling) if report.paced else ["Not measured."]
     if chart_name:
         out += ["", f"![latency and throughput per endpoint]({chart_name})"]
-    out += ["", "## Targets (issue 6)", "", "| target | wanted | measured | verdict |"]
+    out += ["", "## Targets", "", "| target | wanted | measured | verdict |"]
     out += ["|---|---|---|---|"]
     out += [f"| {t.name} | {t.wanted} | {t.measured} | {_mark(t.met)} |" for t in targets(report)]
     if report.rss_mb is not None:

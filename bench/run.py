@@ -1,4 +1,4 @@
-"""`python -m bench` / `bidder bench`: seed, serve, load, check, report (issue 6).
+"""`python -m bench` / `bidder bench`: seed, serve, load, check, report.
 
 Phases, one at a time (the machine has two cores: the worker on CPU 0, the load on CPU 1):
 

@@ -1,4 +1,4 @@
-"""A realistic, reproducible benchmark inventory (issue 6): 10,000 screens of 20 publishers,
+"""A realistic, reproducible benchmark inventory: 10,000 screens of 20 publishers,
 2,000 campaigns with 6,000 creatives, and a small variant with the first 20 campaigns only.
 
 Everything comes from one seeded `random.Random`, so the same seed gives the same document

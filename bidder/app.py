@@ -9,18 +9,21 @@ from typing import Any
 
 import msgspec
 from litestar import Litestar, MediaType, Request, Response, get, head
+from litestar.connection import ASGIConnection
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
+from litestar.handlers.base import BaseRouteHandler
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from bidder import guides, health, tracking
 from bidder.admin import openapi as admin_openapi
 from bidder.admin import records_routes
 from bidder.admin import routes as admin_routes
+from bidder.asgi import MANY_AUTHORIZATIONS, ClientGone, repeated_authorization
 from bidder.core import openapi as core_openapi
 from bidder.core import routes as core_routes
 from bidder.core import screens
-from bidder.errors import ServiceError
+from bidder.errors import BadRequest, ServiceError
 from bidder.front import Front, options_allow
 from bidder.observability import (
     Metrics,
@@ -33,7 +36,12 @@ from bidder.observability import (
 from bidder.openrtb import routes as openrtb_routes
 from bidder.runtime import Runtime
 from bidder.settings import Settings, load_settings
-from bidder.web import http_exception_handler, service_error_handler, unexpected_handler
+from bidder.web import (
+    client_gone_handler,
+    http_exception_handler,
+    service_error_handler,
+    unexpected_handler,
+)
 
 log = logging.getLogger("bidder.app")
 
@@ -98,10 +106,12 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
         ],
         exception_handlers={
             ServiceError: service_error_handler,
+            ClientGone: client_gone_handler,
             HTTPException: http_exception_handler,
             Exception: unexpected_handler,
         },
         middleware=[request_context_middleware(observer)],
+        guards=[_one_authorization],  # the app's guards run before any route's own
         lifespan=[lifespan],
         state=_state(rt, metrics, observer),
         openapi_config=None,
@@ -114,6 +124,13 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
     # still sets up each request's scope and serves everything else.
     app.asgi_handler = Front(app.asgi_handler, rt, observer, options_allow(app.routes))
     return app
+
+
+def _one_authorization(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Every route Litestar serves refuses a request with several Authorization headers, as
+    the hot routes do (bidder.front); 400 in the interface's shape."""
+    if repeated_authorization(connection.scope["headers"]):
+        raise BadRequest(MANY_AUTHORIZATIONS)
 
 
 def _state(rt: Runtime, metrics: Metrics, observer: RequestObserver) -> State:

@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 import msgspec
 from granian import Granian
 from granian.constants import HTTPModes, Interfaces, Loops
+from granian.http import HTTP1Settings
 from granian.log import LogLevels
-from redis.exceptions import RedisError
 
 from bidder import cli_admin, cli_records
 from bidder.admin import (
@@ -45,12 +45,19 @@ from bidder.cli_common import (
     with_connection,
 )
 from bidder.cli_records import port_number
+from bidder.cpus import process_cpus
 from bidder.errors import UNREADABLE_JSON, BadRequest
 from bidder.field_problems import decode_document
 from bidder.observability import MULTIPROCESS_DIR_ENV, multiprocess_dir
 from bidder.runtime import utcnow
-from bidder.settings import Settings, SettingsError
+from bidder.settings import (
+    IDLE_TIMEOUT_SECONDS,
+    MAX_CONNECTIONS_PER_WORKER,
+    Settings,
+    SettingsError,
+)
 from matching.inventory import InventoryDocument, Problem
+from store.errors import REDIS_DOWN
 from store.inventory_repo import (
     InventoryRejected,
     export_document,
@@ -69,10 +76,25 @@ EXIT_BROKEN_PIPE = 141
 # -- serving ---------------------------------------------------------------------------------
 
 
-def serve(host: str, port: int, workers: int, *, log_level: str = "INFO") -> None:
+def serve(
+    host: str,
+    port: int,
+    workers: int,
+    *,
+    log_level: str = "INFO",
+    idle_timeout_seconds: float = IDLE_TIMEOUT_SECONDS,
+    max_connections: int = MAX_CONNECTIONS_PER_WORKER,
+) -> None:
     """Run the service under granian: ASGI, uvloop, one event loop per worker process, the app
     built by `bidder.app:app_from_env` inside each worker. Callers check the port first
-    (`ensure_port_free`), before they start anything of their own."""
+    (`ensure_port_free`), before they start anything of their own.
+
+    HTTP/1.1 only: granian's HTTP/2 detection reads a connection's first bytes without a
+    deadline, so a connection that sends nothing would be kept forever; over HTTP/1 a request
+    head (the first, or the next on a kept-alive connection) must arrive within
+    `idle_timeout_seconds`. `max_connections` bounds the connections a worker serves at once
+    (granian's backpressure: a connection holds its permit until it closes); more wait in the
+    listen backlog (docs/decisions.md, "Connections are bounded")."""
     Granian(
         "bidder.app:app_from_env",
         factory=True,
@@ -80,10 +102,15 @@ def serve(host: str, port: int, workers: int, *, log_level: str = "INFO") -> Non
         port=port,
         interface=Interfaces.ASGI,
         loop=Loops.uvloop,
-        http=HTTPModes.auto,
+        http=HTTPModes.http1,
+        http1_settings=HTTP1Settings(
+            header_read_timeout=max(1, round(idle_timeout_seconds * 1000)),
+            keep_alive=True,
+        ),
         workers=workers,
         websockets=False,
         backlog=2048,
+        backpressure=max_connections,
         log_access=False,  # the app writes its own JSON access log, with request ids
         log_level=LogLevels(log_level.lower()),
         respawn_failed_workers=True,
@@ -135,12 +162,19 @@ def warn_public_port(settings: Settings, port: int) -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     settings = command_settings(secrets=True)
-    workers = args.workers or os.cpu_count() or 1
+    workers = args.workers or process_cpus()  # the cgroup quota and affinity, not the host's
     ensure_port_free(args.host, args.port)  # before touching anything a running one uses
     warn_public_port(settings, args.port)
     shared = _share_metrics() if workers > 1 or multiprocess_dir() else None
     try:
-        serve(args.host, args.port, workers, log_level=settings.log_level)
+        serve(
+            args.host,
+            args.port,
+            workers,
+            log_level=settings.log_level,
+            idle_timeout_seconds=settings.idle_timeout_seconds,
+            max_connections=settings.max_connections_per_worker,
+        )
     finally:
         if shared is not None:
             shutil.rmtree(shared, ignore_errors=True)
@@ -323,7 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument("--host", default="0.0.0.0")  # noqa: S104 - a server listens
     serve_cmd.add_argument("--port", type=port_number, default=8000)
     serve_cmd.add_argument(
-        "--workers", type=_positive, default=None, help="worker processes (default: CPU count)"
+        "--workers",
+        type=_positive,
+        default=None,
+        help="worker processes (default: the CPUs this process may use: affinity, cgroup quota)",
     )
     serve_cmd.set_defaults(func=_cmd_serve)
 
@@ -392,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         # Python flushes stdout again at exit, which would fail the same way: point it nowhere.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    except (OSError, RedisError) as exc:  # a file that cannot be written, Redis unreachable
+    except REDIS_DOWN as exc:  # Redis unreachable, or a file that cannot be written (OSError)
         print(f"bidder: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except KeyboardInterrupt:

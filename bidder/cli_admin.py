@@ -1,5 +1,5 @@
 """`bidder campaigns show|top-up`, `bidder offers show` and `bidder deals show`: the admin API's
-campaign view, budget top-up and record views from the command line (decisions section 2:
+campaign view, budget top-up and record views from the command line (docs/contract.md#2-inventory:
 operators manage everything through the admin API "and the same operations from the command
 line"). Each prints what the admin API answers, as JSON, through the same functions.
 
@@ -37,7 +37,8 @@ from bidder.cli_common import (
 )
 from bidder.errors import ServiceError
 from matching.inventory import Campaign
-from store.hot import REDIS_DOWN, HotState, connect
+from store.errors import REDIS_DOWN
+from store.hot import HotState, connect
 from store.postgres import Conn
 
 View = Callable[[Conn, HotState], Awaitable[Any]]

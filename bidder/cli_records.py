@@ -17,10 +17,10 @@ import asyncpg
 import msgspec
 import uvloop
 from prometheus_client import start_http_server
-from redis.exceptions import RedisError
 
 from bidder.observability import Metrics, configure_logging
 from bidder.settings import Settings, SettingsError, load_settings
+from store.errors import REDIS_DOWN
 from store.hot import connect
 from store.postgres import CONNECT_ERRORS, create_pool, describe_connect_error
 from store.reconcile import reconcile, summarize
@@ -152,7 +152,7 @@ async def _reconcile_main(settings: Settings, *, repair: bool, as_json: bool) ->
         return 1
     try:
         report = await reconcile(redis, conn, repair=repair)
-    except (RedisError, OSError) as exc:
+    except REDIS_DOWN as exc:
         print(f"bidder: cannot reach Redis at REDIS_URL: {exc}", file=sys.stderr)
         return 1
     finally:

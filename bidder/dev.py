@@ -276,7 +276,14 @@ def run_dev(port: int, *, reset_demo: bool = False) -> int:
         state["api_key"] = api_key
         _save_state(state_file, state)
         _print_start(f"http://127.0.0.1:{port}", api_key, settings, local)
-        serve("127.0.0.1", port, 1, log_level=settings.log_level)
+        serve(
+            "127.0.0.1",
+            port,
+            1,
+            log_level=settings.log_level,
+            idle_timeout_seconds=settings.idle_timeout_seconds,
+            max_connections=settings.max_connections_per_worker,
+        )
     finally:
         if watch is not None:
             watch.stop()

@@ -26,7 +26,16 @@ from litestar._asgi.utils import is_valid_host
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from bidder.asgi import Answer, HttpCall, bounded_receive, encode_headers
+from bidder.asgi import (
+    CLIENT_CLOSED,
+    MANY_AUTHORIZATIONS,
+    Answer,
+    ClientGone,
+    HttpCall,
+    bounded_receive,
+    encode_headers,
+    repeated_authorization,
+)
 from bidder.core._answers import OFFER_RESPONSE, answer_offer
 from bidder.core._offers import (
     OFFER_BY_EXTERNAL_ID,
@@ -35,7 +44,7 @@ from bidder.core._offers import (
     offer_by_screen_id,
 )
 from bidder.deprecation import OPENRTB_PREFIX, deprecation_headers
-from bidder.errors import ServiceError
+from bidder.errors import BadRequest, ServiceError
 from bidder.observability import RequestObserver
 from bidder.openrtb._bid import handle_bid
 from bidder.runtime import Runtime
@@ -148,7 +157,11 @@ class Front:
         status = 500
         try:
             call = HttpCall(scope, receive, self.body_timeout)
-            answer = await self._answer(route, call, param)
+            try:
+                answer = await self._answer(route, call, param)
+            except ClientGone:
+                status = CLIENT_CLOSED  # nobody to answer
+                return
             status = answer.status
             headers = [*answer.headers, (b"x-request-id", request_id.encode("latin-1"))]
             await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -181,11 +194,14 @@ class Front:
 
     async def _answer(self, route: _Route, call: HttpCall, param: str) -> Answer:
         try:
+            if repeated_authorization(call.scope["headers"]):
+                raise BadRequest(MANY_AUTHORIZATIONS)
             return await route.handler(self.rt, call, param)
         except ServiceError as exc:
             return error_answer(call.path, self.rt.settings, exc)
+        except ClientGone:
+            raise
         except Exception as exc:  # as Litestar's handler of the last resort
-            # (a client gone mid-body, ClientGone, included)
             return error_answer(call.path, self.rt.settings, unexpected_error(call.path, exc))
 
 

@@ -1,7 +1,7 @@
 """`/readyz`: can this instance serve? Redis reachable and the inventory snapshot loaded.
 
-Postgres being down does not make an instance unready (decisions section 8): the hot path does
-not need it, records wait in the queue. The body names each dependency's state and the record
+Postgres being down does not make an instance unready (docs/contract.md#8-operations): the hot path
+does not need it, records wait in the queue. The body names each dependency's state and the record
 queue's depth and lag either way.
 """
 

@@ -31,7 +31,8 @@ from prometheus_client import (
 )
 from prometheus_client import values as prometheus_values
 
-from store.postgres import UNREACHABLE_ERRORS
+from bidder.asgi import CLIENT_CLOSED
+from store.errors import POSTGRES_UNREACHABLE
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
@@ -69,7 +70,7 @@ class WithoutOutageTracebacks(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if record.levelno <= logging.WARNING and isinstance(exc, UNREACHABLE_ERRORS):
+        if record.levelno <= logging.WARNING and isinstance(exc, POSTGRES_UNREACHABLE):
             record.error = f"{type(exc).__name__}: {exc}"
             record.exc_info = None
             record.exc_text = None
@@ -221,6 +222,63 @@ class Metrics:
             registry=r,
         )
 
+        # The operations gauges (bidder.gauges sets them every few seconds; deploy/prometheus
+        # alerts on them). Workers of a host read the same Redis and Postgres: the latest
+        # reading is the figure, except the inventory's age, where the oldest worker counts.
+        self.redis_latency = Histogram(
+            "redis_call_duration_seconds",
+            "Round trip of timed Redis calls: hot (a PING on the hot path's pipelined "
+            "connection, queued behind its scripts), queue_stats (the record queue's figures)",
+            ["call"],
+            registry=r,
+            buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+        )
+        self.dependency_up = Gauge(
+            "dependency_up",
+            "1 when the dependency (redis, postgres) answered the last check, else 0",
+            ["dependency"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.inventory_age = Gauge(
+            "inventory_age_seconds",
+            "Seconds since the snapshot was last loaded from, or confirmed current against, "
+            "Postgres (grows while reloads fail or a Redis copy stands in)",
+            registry=r,
+            multiprocess_mode="max",
+        )
+        self.campaigns_known = Gauge(
+            "budget_campaigns",
+            "Campaigns with a budget in Redis",
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.campaigns_exhausted = Gauge(
+            "budget_campaigns_exhausted",
+            "Campaigns whose total budget is fully reserved or spent (nothing left to offer)",
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.reconcile_differing = Gauge(
+            "budget_reconcile_differing_campaigns",
+            "Campaigns whose Redis counters differ from the records, at the fleet's last check",
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.reconcile_age = Gauge(
+            "budget_reconcile_age_seconds",
+            "Seconds since the fleet's last budget check (bidder reconcile, without --repair)",
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.secret_rotated = Gauge(
+            "signing_secret_rotated_timestamp_seconds",
+            "When the newest signing secret was put in place (SIGNING_SECRETS_ROTATED_AT, "
+            "Unix time); 0 when not stated",
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+
     def count_offer(self, outcome: str, count: int = 1) -> None:
         """`count` more Core offers with this outcome (made, no_match, below_min, accepted,
         rejected, expired)."""
@@ -313,13 +371,20 @@ class RequestObserver:
         key = (route, method, status)
         counter = self._counted.get(key)
         if counter is None:
-            counter = self._counted[key] = self.metrics.requests.labels(route, method, str(status))
+            label = "client_closed" if status == CLIENT_CLOSED else str(status)
+            counter = self._counted[key] = self.metrics.requests.labels(route, method, label)
         counter.inc()
         timer = self._timed.get(route)
         if timer is None:
             timer = self._timed[route] = self.metrics.latency.labels(route)
         timer.observe(elapsed)
-        if status >= 400 or elapsed > 0.5:
+        if status == CLIENT_CLOSED:
+            # The client left before its answer: its doing, not the service's (no 500).
+            self.log.info(
+                "client closed",
+                extra={"method": method, "route": route, "duration_ms": round(elapsed * 1000, 3)},
+            )
+        elif status >= 400 or elapsed > 0.5:
             self.log.log(
                 logging.ERROR if status >= 500 else logging.INFO,
                 "request",

@@ -16,17 +16,17 @@ from datetime import UTC, datetime
 import asyncpg
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
+from bidder.gauges import watch
 from bidder.observability import Metrics
 from bidder.settings import Settings
 from bidder.signing import signer, token_verifies
 from matching.engine import Budget
 from matching.inventory import InventoryDocument
 from matching.snapshot import SHARDS, ApiKeyInfo, Snapshot, build_snapshot
+from store.errors import OUTAGE, POSTGRES_DOWN, REDIS_DOWN
 from store.hot import (
     INVENTORY_COPY_FORMAT,
-    REDIS_DOWN,
     HotState,
     connect,
     copy_stamp,
@@ -59,8 +59,6 @@ _POSTGRES_PROBE_TIMEOUT_SECONDS = 5.0
 _STOP_TASKS_SECONDS = 5.0
 #: How long `stop` waits for the pool's connections to be released before it closes them.
 _POOL_CLOSE_SECONDS = 5.0
-#: What an unreachable or failing Postgres or Redis raises: reported, retried, never a traceback.
-_OUTAGE = (OSError, asyncpg.PostgresError, TimeoutError, RedisError)
 #: Failures to read the inventory from Postgres that are a deploy's mistake, not an outage: a
 #: worker does not serve the Redis copy on them (it stays unready, as a bad deploy should).
 _MISCONFIGURED = (asyncpg.InvalidAuthorizationSpecificationError, asyncpg.InvalidCatalogNameError)
@@ -116,7 +114,7 @@ class Runtime:
         self._postgres_probe: asyncio.Task[str] | None = None
         self._pool_lock = asyncio.Lock()
         self._stopping = asyncio.Event()
-        self.extra_loops: list[Callable[[Runtime], Awaitable[None]]] = []
+        self.extra_loops: list[Callable[[Runtime], Awaitable[None]]] = [watch]  # ops gauges
         if settings.record_writer:
             self.extra_loops.append(run_writer)
 
@@ -129,7 +127,7 @@ class Runtime:
             await self.connect_postgres()
         try:
             await self.reload_inventory()
-        except _OUTAGE as exc:
+        except OUTAGE as exc:
             await self._try_inventory_copy(exc)
         except Exception as exc:
             log.exception("inventory load failed")
@@ -210,7 +208,7 @@ class Runtime:
                 try:
                     self.pool = await create_pool(self.settings.database_url)
                     self.last_postgres_error = None
-                except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+                except POSTGRES_DOWN as exc:
                     self.last_postgres_error = type(exc).__name__
                     raise
             return self.pool
@@ -420,7 +418,7 @@ class Runtime:
             try:
                 await self.reload_inventory()
                 self._note_reload_failure(None)
-            except _OUTAGE as exc:
+            except OUTAGE as exc:
                 self._note_reload_failure(type(exc).__name__)
                 await self._try_inventory_copy(exc)  # never loaded: Redis may have a copy now
             except Exception:
@@ -460,12 +458,12 @@ class Runtime:
                 self.fold_budgets(fresh, mark)
                 seen[shard] = set(fresh)
                 self._note_redis_failure(None)
-            except (RedisError, OSError) as exc:
+            except REDIS_DOWN as exc:
                 self._note_redis_failure(exc)
             shard = (shard + 1) % SHARDS
             if time.monotonic() >= next_clock_sync:  # the answer scripts' deadlines use it
                 next_clock_sync = time.monotonic() + _CLOCK_SYNC_SECONDS
-                with contextlib.suppress(RedisError, OSError):
+                with contextlib.suppress(*REDIS_DOWN):
                     await self.fast.sync_clock()
 
     def _note_redis_failure(self, exc: BaseException | None) -> None:
@@ -519,7 +517,7 @@ class Runtime:
                     log.info("offers expired", extra={"count": sum(expired.values())})
                     self.metrics.count_offer("expired", expired.get("core", 0))
                     self.metrics.count_bid_outcome("expired", expired.get("openrtb", 0))
-            except (RedisError, OSError):
+            except REDIS_DOWN:
                 continue
             except Exception:
                 log.exception("expiry sweep failed")

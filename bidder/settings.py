@@ -6,6 +6,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Generic, TypeVar
 from urllib.parse import urlsplit
@@ -22,6 +23,15 @@ DEFAULT_TRACKING_PATH = "/functions/v1/track"
 #: How long the next part of a request body may take to arrive before the request gets 408
 #: (docs/decisions.md, "A body that stops arriving").
 BODY_TIMEOUT_SECONDS = 10.0
+
+#: How long a connection may stay open without a whole request head arriving (the first one, or
+#: the next on a kept-alive connection) before the server closes it (docs/decisions.md,
+#: "Connections are bounded"). granian takes at most 60 s.
+IDLE_TIMEOUT_SECONDS = 30.0
+MAX_IDLE_TIMEOUT_SECONDS = 60.0
+
+#: Open connections one worker serves at once; more wait in the listen backlog.
+MAX_CONNECTIONS_PER_WORKER = 2048
 
 
 class SettingsError(ValueError):
@@ -51,9 +61,13 @@ class Settings:
     record_batch_size: int = 500
     redis_timeout_seconds: float = 0.25
     body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
+    idle_timeout_seconds: float = IDLE_TIMEOUT_SECONDS
+    max_connections_per_worker: int = MAX_CONNECTIONS_PER_WORKER
     log_level: str = "INFO"
     migration_guide_url: str = ""
     documentation_url: str = ""
+    signing_secrets_rotated_at: datetime | None = None
+    reconcile_check_seconds: float = 300.0
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -104,6 +118,17 @@ def _positive_float(
     return value
 
 
+def _idle_timeout(env: Mapping[str, str], problems: list[str]) -> float:
+    """IDLE_TIMEOUT_SECONDS: granian counts it in whole milliseconds, at most 60 s."""
+    value = _positive_float(env, "IDLE_TIMEOUT_SECONDS", IDLE_TIMEOUT_SECONDS, problems)
+    if not 0.001 <= value <= MAX_IDLE_TIMEOUT_SECONDS:
+        problems.append(
+            f"IDLE_TIMEOUT_SECONDS must be between 0.001 and {MAX_IDLE_TIMEOUT_SECONDS:g}, "
+            f"got {value:g}"
+        )
+    return value
+
+
 def _url(env: Mapping[str, str], name: str, schemes: tuple[str, ...], problems: list[str]) -> str:
     raw = env.get(name, "").strip()
     if not raw:
@@ -123,6 +148,21 @@ def _url(env: Mapping[str, str], name: str, schemes: tuple[str, ...], problems: 
             "in the user name and password"
         )
     return raw
+
+
+def _moment(env: Mapping[str, str], name: str, problems: list[str]) -> datetime | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        problems.append(f"{name} must be an ISO 8601 time, got {raw!r}")
+        return None
+    if moment.tzinfo is None:
+        problems.append(f"{name} needs a time zone (e.g. Z or +02:00), got {raw!r}")
+        return None
+    return moment
 
 
 def _public_urls(env: Mapping[str, str], problems: list[str]) -> tuple[str, str]:
@@ -213,11 +253,17 @@ def load_settings(
         body_timeout_seconds=_positive_float(
             env, "BODY_TIMEOUT_SECONDS", BODY_TIMEOUT_SECONDS, problems
         ),
+        idle_timeout_seconds=_idle_timeout(env, problems),
+        max_connections_per_worker=_positive_int(
+            env, "MAX_CONNECTIONS_PER_WORKER", MAX_CONNECTIONS_PER_WORKER, problems
+        ),
         log_level=log_level,
         migration_guide_url=env.get(
             "MIGRATION_GUIDE_URL", f"{public_base_url}/docs/migration-openrtb-to-core"
         ),
         documentation_url=env.get("DOCUMENTATION_URL", f"{public_base_url}/docs/api-openrtb"),
+        signing_secrets_rotated_at=_moment(env, "SIGNING_SECRETS_ROTATED_AT", problems),
+        reconcile_check_seconds=_positive_float(env, "RECONCILE_CHECK_SECONDS", 300.0, problems),
     )
     if problems:
         raise SettingsError(problems)

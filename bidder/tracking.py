@@ -25,7 +25,7 @@ from bidder.signing import query_values, verify
 from bidder.vast import IMPRESSION_EVENT, OPENRTB_MACROS, TRACKING_SIGNED, macro_value
 from bidder.web import runtime_of
 from matching.money import split_gross
-from store.hot import REDIS_DOWN
+from store.errors import REDIS_DOWN
 
 PIXEL = base64.b64decode("R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7")
 _PIXEL_HEADERS = {"Cache-Control": "no-store, max-age=0"}

@@ -1,10 +1,11 @@
 """VAST 4.0 documents for both interfaces (Core `vast=true` and the OpenRTB `adm`), and the
 signed tracking URLs they carry.
 
-The document follows the contract's element list and decisions 6a: valid against the IAB VAST
-4.0 schema except for `<Expires>`, which the contract demands and which is emitted the VAST 4.1
-way (integer seconds until expiry) right after `Creatives`. Element order follows the 4.0 XSD,
-whose `InLine` sequence puts `AdSystem`, `Extensions` and `Impression` before `AdTitle`.
+The document follows the contract's element list and docs/contract.md#6a-vast-documents: valid
+against the IAB VAST 4.0 schema except for `<Expires>`, which the contract demands and which is
+emitted the VAST 4.1 way (integer seconds until expiry) right after `Creatives`. Element order
+follows the 4.0 XSD, whose `InLine` sequence puts `AdSystem`, `Extensions` and `Impression` before
+`AdTitle`.
 """
 
 from __future__ import annotations
@@ -283,7 +284,7 @@ def _ids(offer_id: str) -> tuple[str, str, str]:
     return f'"{offer_id}"', f'"{offer_id}_creative"', f'"{offer_id}_media"'
 
 
-# What XML Schema validators built on libxml2 refuse in an `xs:anyURI` (reference/README.md):
+# What XML Schema validators built on libxml2 refuse in an `xs:anyURI` (tests/standards/README.md):
 # `[` or `]` outside the host, a `%` that does not start an escape, a second `#`.
 _NOT_ANY_URI = re.compile(r"[\[\]]|%(?![0-9A-Fa-f]{2})|#.*#")
 _STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")

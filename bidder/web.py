@@ -14,15 +14,15 @@ import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
-from redis.exceptions import RedisError
 
-from bidder.asgi import Answer, HttpCall, encode_headers, json_answer
+from bidder.asgi import CLIENT_CLOSED, Answer, ClientGone, HttpCall, encode_headers, json_answer
 from bidder.deprecation import OPENRTB_PREFIX, deprecation_headers, openrtb_error_body
 from bidder.errors import ServiceError, Unavailable
 from bidder.observability import RequestObserver, request_id_var
 from bidder.runtime import Runtime
 from bidder.settings import Settings
-from store.postgres import UNREACHABLE_ERRORS, Conn
+from store.errors import POSTGRES_CLOSED, POSTGRES_UNREACHABLE, REDIS_DOWN
+from store.postgres import Conn
 
 log = logging.getLogger("bidder.web")
 _encoder = msgspec.json.Encoder(decimal_format="number")
@@ -58,9 +58,6 @@ def call_of(request: Request[Any, Any, Any]) -> HttpCall:
     )
 
 
-_POSTGRES_UNREACHABLE: tuple[type[Exception], ...] = (*UNREACHABLE_ERRORS, asyncpg.InterfaceError)
-
-
 def iso_utc(moment: datetime) -> str:
     """ISO 8601 in UTC with millisecond precision: 2026-05-04T10:15:30.250Z (every timestamp
     the APIs answer)."""
@@ -88,7 +85,7 @@ async def postgres(request: Request[Any, Any, Any]) -> AsyncIterator[Conn]:
         pool = await answering_pool(runtime_of(request))
         async with pool.acquire() as conn:
             yield conn
-    except _POSTGRES_UNREACHABLE as exc:  # TimeoutError is an OSError
+    except (*POSTGRES_UNREACHABLE, *POSTGRES_CLOSED) as exc:
         raise postgres_unavailable() from exc
 
 
@@ -189,7 +186,7 @@ def unexpected_error(path: str, exc: Exception) -> ServiceError:
     """What an exception no handler expected becomes: Redis unreachable on the Core API is a
     503 (OpenRTB answers `nbr` 1 itself); anything else is logged with its traceback and
     answered 500 without one."""
-    if isinstance(exc, RedisError | OSError) and not path.startswith(OPENRTB_PREFIX):
+    if isinstance(exc, REDIS_DOWN) and not path.startswith(OPENRTB_PREFIX):
         return ServiceError(
             "Service temporarily unavailable, retry shortly",
             status=503,
@@ -199,6 +196,12 @@ def unexpected_error(path: str, exc: Exception) -> ServiceError:
     log.exception("unhandled error", extra={"path": path}, exc_info=exc)
     message = "Failed to process the offer" if "/offers/" in path else "Internal error"
     return ServiceError(message, status=HTTP_500_INTERNAL_SERVER_ERROR)
+
+
+def client_gone_handler(request: Request[Any, Any, Any], exc: ClientGone) -> Response[Any]:
+    """A client that left mid-body: an answer nobody reads, with the status the request is
+    counted and logged under (CLIENT_CLOSED: `info`, no traceback, never a 500)."""
+    return Response(b"", status_code=CLIENT_CLOSED)
 
 
 def unexpected_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

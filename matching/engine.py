@@ -148,7 +148,7 @@ def select(
     slot: VideoSlot | None = None,
     exclude: Iterable[str] = (),
 ) -> Match | NoMatch:
-    """The best-paying eligible campaign for `screen` (decisions section 3).
+    """The best-paying eligible campaign for `screen` (docs/contract.md#3-matching-and-price).
 
     Price is cpm x audience / 1000; the audience is the screen's unless the OpenRTB request
     gives one, which may not exceed the screen's bound (`max_audience`, its publisher's): no
@@ -170,7 +170,8 @@ def select(
     if slot is not None:
         # Only campaigns with a creative of the slot's exact size can match: scan those first.
         # They keep their order, so the match is the one the whole list would give; only when
-        # there is none does the whole list run, to tell why (decisions 6: 204 or nbr 0).
+        # there is none does the whole list run, to tell why (docs/contract.md#6-openrtb-path: 204
+        # or nbr 0).
         found = scan.best(
             sized_candidates(snapshot, screen, slot), screen, audience, audience_units, slot
         )

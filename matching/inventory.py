@@ -1,4 +1,4 @@
-"""The inventory document (decisions section 2) as typed Structs, and its validation rules.
+"""The inventory document (docs/contract.md#2-inventory) as typed Structs, and its validation rules.
 
 The same Structs are the wire format of `PUT /admin/v1/inventory`, the file format of
 `bidder inventory import`, and the rows the snapshot is built from.
@@ -47,7 +47,8 @@ def can_show(screen_type: str, kind: str, mime_type: str) -> bool:
     return screen_type != "static" or mime_type in STATIC_IMAGE_TYPES
 
 
-#: MIME type by asset file extension (decisions section 2). Anything else is refused at import.
+#: MIME type by asset file extension (docs/contract.md#2-inventory). Anything else is refused
+#: at import.
 MIME_BY_EXTENSION: dict[str, str] = {
     "jpg": "image/jpeg",
     "jpeg": "image/jpeg",
@@ -484,7 +485,7 @@ def _validate_billing_codes(
 def _check_pixels(
     check: _Checker, kind: str, index: int, item_id: str, width: int, height: int
 ) -> None:
-    """Width and height, each its own problem (a bad height was listed under `width`)."""
+    """Width and height, each its own problem under its own field."""
     for field, value in (("width", width), ("height", height)):
         if not 0 < value <= MAX_PIXELS:
             check.add(kind, index, item_id, field, _PIXELS)

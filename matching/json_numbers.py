@@ -30,7 +30,7 @@ def json_tree_with_big_integers(body: bytes) -> Any:
     decoded by the standard library, numbers as `json_decimal` reads them, integers of more
     than 300 digits as Decimals (never `int`: a 5,000-digit one is no count and no width).
     Only this rare path pays for it. ValueError when the body is not JSON after all, invalid
-    UTF-8 included (msgspec stopped at the integer, before the rest of the body's bytes; the
+    UTF-8 included (msgspec stops at the integer, before the rest of the body's bytes; the
     standard library would let an encoded surrogate through)."""
     try:
         return json.loads(

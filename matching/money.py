@@ -73,11 +73,12 @@ def cents_to_micros(cents: Decimal, *, exact: bool = True) -> int:
     """Decimal cents to micro-cents. `exact` refuses finer amounts; otherwise rounds up.
 
     Done on the digits in integers, not in a Decimal context, which rounds a coefficient past
-    28 digits (a floor of 3.333633000...0001 cents came out as 3.333633, undercut) and flushes
-    a tiny amount to zero (an accepted price of 1e-9999999 cents became a free deal). Only the
-    digits at or above the micro-cent are turned into an integer, so the work is bounded by the
-    amount's size, not by how it is spelt (`0e999999999`, 5,000 trailing zeros); an amount past
-    `_MAX_DIGITS` digits of micro-cents is refused (callers bound theirs far below)."""
+    28 digits (a floor of 3.333633000...0001 cents would come out as 3.333633, undercut) and
+    flushes a tiny amount to zero (an accepted price of 1e-9999999 cents would be a free deal).
+    Only the digits at or above the micro-cent are turned into an integer, so the work is
+    bounded by the amount's size, not by how it is spelt (`0e999999999`, 5,000 trailing
+    zeros); an amount past `_MAX_DIGITS` digits of micro-cents is refused (callers bound
+    theirs far below)."""
     sign, digits, exponent = cents.as_tuple()
     if not isinstance(exponent, int):
         raise MoneyError("must be a finite number")
@@ -124,7 +125,8 @@ def cents_text(micros: int) -> str:
 
 def eur_text(micros: int) -> str:
     """Micro-cents as EUR in plain notation, without trailing zeros: 29867500 -> "0.298675",
-    2 -> "0.00000002" (a Decimal's `str` would say "2E-8"; decisions 1: a plain number)."""
+    2 -> "0.00000002" (a Decimal's `str` would say "2E-8"; docs/contract.md#1-money: a plain
+    number)."""
     return _plain_text(micros, MICROS_PER_CENT * 100, 8)
 
 
@@ -206,8 +208,8 @@ MAX_MIN_BID_CENTS = 10**12
 def openrtb_min_bid_micros(bidfloor_cpm_eur: Decimal, audience: Decimal) -> int:
     """OpenRTB minimum bid: bidfloor (EUR CPM) x audience / 10 cents, rounded UP to a whole cent,
     at most MAX_MIN_BID_CENTS. Exact: a product in a context as wide as Decimal allows is
-    never rounded (Decimal's default 28 digits rounded a 29-digit floor down and flushed a tiny
-    one to 0, and the floor was undercut); about 1.5 us, 0.4 ms for a floor of a million
+    never rounded (Decimal's default 28 digits would round a 29-digit floor down and flush a
+    tiny one to 0, undercutting the floor); about 1.5 us, 0.4 ms for a floor of a million
     digits."""
     if bidfloor_cpm_eur.is_zero() or audience.is_zero():
         return 0
@@ -225,8 +227,8 @@ def openrtb_min_bid_micros(bidfloor_cpm_eur: Decimal, audience: Decimal) -> int:
 
 def json_decimal(text: str) -> Decimal:
     """A JSON number as a Decimal, exactly (the JSON decoders' `float_hook`). One whose
-    exponent Decimal cannot hold (19 digits or more: `1e99999999999999999999`) raised
-    InvalidOperation, a 500 wherever a body was decoded; it is read as 1 with the furthest
+    exponent Decimal cannot hold (19 digits or more: `1e99999999999999999999`) makes Decimal
+    raise InvalidOperation, a 500 wherever a body is decoded; it is read as 1 with the furthest
     exponent Decimal holds (18 digits), its sign and its side (huge or tiny) kept, so the rules
     treat it as too large or too fine. Such a zero is 0."""
     try:

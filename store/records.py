@@ -38,9 +38,11 @@ from typing import Any, Protocol
 
 import asyncpg
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
-from store.hot import QUEUE_GROUP, connect, queue_keys, tag
+from store.errors import POSTGRES_CLOSED, POSTGRES_UNREACHABLE, REDIS_DOWN
+from store.hot.client import connect
+from store.hot.keys import QUEUE_GROUP, queue_keys, tag
 from store.record_rows import RECORD_TYPES, Entry, RecordError, Rows, add_entry, write_rows
 
 log = logging.getLogger("store.records")
@@ -72,14 +74,12 @@ _DATA_ERRORS: tuple[type[BaseException], ...] = (
 # Failures outside every record's content: Postgres unreachable, shutting down, out of
 # resources, or a transaction to run again. The whole batch is retried, nothing dead-lettered.
 _OUTAGES: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.InterfaceError,
+    *POSTGRES_UNREACHABLE,
+    *POSTGRES_CLOSED,
     # The driver's state confused by a server shutting down mid-release ("cannot switch to
     # state 15"): the batch is retried like any outage, not left pending for the 30 s reclaim
     # (the writes are idempotent).
     asyncpg.InternalClientError,
-    asyncpg.PostgresConnectionError,
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.InsufficientResourcesError,
     asyncpg.exceptions.PostgresSystemError,
@@ -136,6 +136,10 @@ class WriterMetrics(Protocol):
 
 class PostgresUnavailable(Exception):
     """The batch could not be written for a reason outside its content: retry later."""
+
+
+#: What leaves a batch to write again: Postgres unavailable, or Redis down around the write.
+_BATCH_RETRIED: tuple[type[Exception], ...] = (PostgresUnavailable, *REDIS_DOWN)
 
 
 def _text(value: Any) -> str:
@@ -479,7 +483,7 @@ class RecordWriter:
             _raise_if_cancelled()
             try:
                 await self.process(batch)
-            except (PostgresUnavailable, RedisError, OSError) as exc:
+            except _BATCH_RETRIED as exc:
                 _raise_if_cancelled()
                 if failing_since is None:
                     failing_since = time.monotonic()
@@ -491,7 +495,7 @@ class RecordWriter:
                 delay = min(delay * 2, _BACKOFF_CAP_S)
                 if time.monotonic() >= next_keepalive:
                     next_keepalive = time.monotonic() + _KEEPALIVE_EVERY_S
-                    with contextlib.suppress(RedisError, OSError):
+                    with contextlib.suppress(*REDIS_DOWN):
                         await self.keep_pending(batch)
                         await self.update_stats(force=True)
                 continue
@@ -520,7 +524,7 @@ class RecordWriter:
             try:
                 await self.step()
                 delay = _BACKOFF_START_S
-            except (RedisError, OSError) as exc:
+            except REDIS_DOWN as exc:
                 _raise_if_cancelled()
                 log.warning("record queue unreachable", extra={"error": type(exc).__name__})
                 await asyncio.sleep(delay)

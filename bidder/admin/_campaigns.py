@@ -28,7 +28,8 @@ from matching.engine import Budget
 from matching.inventory import MAX_AMOUNT_CENTS, Campaign
 from matching.money import CENT_PLACES, cents_to_micros, micros_to_cents
 from matching.snapshot import campaign_shard
-from store.hot import REDIS_DOWN, HotState
+from store.errors import REDIS_DOWN
+from store.hot import HotState
 from store.inventory_repo import KeyReused, TotalTooHigh, add_budget, fetch_campaign
 from store.postgres import Conn
 

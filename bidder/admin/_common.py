@@ -14,6 +14,7 @@ from litestar.handlers.base import BaseRouteHandler
 from bidder.auth import admin_token_ok, shown_as_id
 from bidder.errors import UNREADABLE_JSON, BadRequest, Unauthorized
 from bidder.field_problems import check_decimal_text
+from bidder.json_keys import refuse_duplicate_keys
 from matching.inventory import Problem
 
 ADMIN_PREFIX = "/admin/v1"
@@ -59,6 +60,7 @@ def decode(body: bytes, into: type[T], what: str, *, optional: bool = False) -> 
         raise BadRequest(f"Invalid {what}: {exc}") from None
     except UNREADABLE_JSON:
         raise BadRequest(f"Invalid {what}: the body is not valid JSON") from None
+    refuse_duplicate_keys(body)
     check_decimal_text(body, into, what)
     return decoded
 

@@ -51,7 +51,7 @@ def check_expiry(expires_at: datetime | None, now: datetime) -> None:
 def stored_expiry(expires_at: datetime | None) -> datetime | None:
     """The expiry as stored and answered: in UTC, to the millisecond, truncated (a key never
     outlives what was asked). It also keeps `9999-12-31T23:59:59.999999Z`, which asyncpg
-    writes as `infinity` and reads back naive (every call with that key answered 500), a
+    writes as `infinity` and reads back naive (every call with that key would answer 500), a
     real moment."""
     if expires_at is None:
         return None

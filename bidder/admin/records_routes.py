@@ -18,18 +18,16 @@ import asyncpg
 import msgspec
 from litestar import Request, Response, Router, get
 from litestar.params import FromPath
-from redis.exceptions import RedisError
 
 from bidder.admin._common import ADMIN_PREFIX, json_response, path_uuid, require_admin
 from bidder.errors import NotFound, Unavailable
 from bidder.runtime import Runtime
 from bidder.web import answering_pool, iso_utc, postgres_unavailable, runtime_of
 from matching.money import micros_to_cents, plain
+from store.errors import POSTGRES_CLOSED, POSTGRES_DOWN, REDIS_DOWN
 from store.hot import HotState
 from store.postgres import aware
 from store.record_rows import ms_to_time
-
-_POSTGRES_DOWN = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
 
 _OFFER_SQL = """
 SELECT o.offer_id::text, o.status, o.screen_id::text, o.campaign_id::text, o.bid_price_cents,
@@ -142,7 +140,7 @@ async def _hot_offer(hot: HotState, offer_id: str) -> tuple[dict[str, str] | Non
     """The offer's hash while Redis holds it (else None), and whether Redis could be asked."""
     try:
         return await hot.offer(offer_id), True
-    except (RedisError, OSError):
+    except REDIS_DOWN:
         return None, False
 
 
@@ -150,7 +148,7 @@ async def _fetch(rt: Runtime, sql: str, *args: Any) -> list[asyncpg.Record]:
     try:
         pool = await answering_pool(rt)
         return await pool.fetch(sql, *args)
-    except _POSTGRES_DOWN as exc:
+    except (*POSTGRES_DOWN, *POSTGRES_CLOSED) as exc:
         raise postgres_unavailable() from exc
 
 

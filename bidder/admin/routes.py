@@ -1,4 +1,4 @@
-"""The admin API (decisions section 2) under /admin/v1, for operators with the ADMIN_TOKEN:
+"""The admin API (docs/contract.md#2-inventory) under /admin/v1, for operators with the ADMIN_TOKEN:
 inventory document, publisher API keys, campaign budgets."""
 
 from __future__ import annotations

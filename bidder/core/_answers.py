@@ -38,7 +38,8 @@ from matching.money import (
     parse_cents,
     split_gross,
 )
-from store.hot import NotAnswered, random_uuid
+from store.hot import NotAnswered
+from store.hot.ids import random_uuid
 
 log = logging.getLogger("bidder.core")
 

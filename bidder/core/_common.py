@@ -15,16 +15,17 @@ from typing import Any
 
 import msgspec
 from litestar import MediaType, Request, Response
-from redis.exceptions import RedisError
 
 from bidder.asgi import Answer, HttpCall, is_json, json_answer
 from bidder.auth import authenticate
 from bidder.errors import UNREADABLE_JSON, BadRequest, Unavailable
+from bidder.json_keys import refuse_duplicate_keys
 from bidder.runtime import Runtime, utcnow
 from bidder.web import call_of, runtime_of
 from matching.json_numbers import JSON_INT_OUT_OF_RANGE, json_tree_with_big_integers
 from matching.money import json_decimal
 from matching.snapshot import ApiKeyInfo, Snapshot
+from store.errors import REDIS_DOWN
 
 #: Core API paths.
 CORE_PREFIX = "/functions/v1/api"
@@ -81,7 +82,7 @@ def hot_state_errors() -> Iterator[None]:
     """Redis unreachable or too slow: 503 at once, so the player can fall back and retry."""
     try:
         yield
-    except (RedisError, OSError) as exc:  # TimeoutError is an OSError
+    except REDIS_DOWN as exc:
         raise Unavailable(
             "Service temporarily unavailable, retry shortly", headers={"Retry-After": "1"}
         ) from exc
@@ -130,6 +131,7 @@ async def read_json_object(call: HttpCall, *, optional: bool = False) -> dict[st
         raise BadRequest("Request body is not valid JSON") from None
     if not isinstance(decoded, dict):
         raise BadRequest("Request body must be a JSON object")
+    refuse_duplicate_keys(body, decoded)
     return decoded
 
 
@@ -149,8 +151,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def optional_text(body: dict[str, Any], name: str, max_chars: int) -> str | None:
     """A client's optional text field, as it will be stored: a string of at most `max_chars`
-    characters without U+0000, which Postgres text cannot hold (it used to be stored altered,
-    as U+FFFD, after a 200). None when absent or null."""
+    characters without U+0000, which Postgres text cannot hold (the record would keep U+FFFD
+    in its place after a 200). None when absent or null."""
     raw = body.get(name)
     if raw is None:
         return None

@@ -1,4 +1,5 @@
-"""POST /playout/confirm/{deal_id} (decisions 5): every field optional, idempotent per deal."""
+"""POST /playout/confirm/{deal_id} (docs/contract.md#5-playout-confirmation): every field optional,
+idempotent per deal."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def _duration(body: dict[str, Any]) -> int | None:
         raise BadRequest("duration_seconds must be a whole number of seconds")
     if raw < 0:
         raise BadRequest("duration_seconds must not be negative")
-    if raw > MAX_DURATION_SECONDS:  # the column's integer: a larger one was stored as null
+    if raw > MAX_DURATION_SECONDS:  # the column's integer: a larger one would be stored as null
         raise BadRequest(f"duration_seconds must be at most {MAX_DURATION_SECONDS}")
     return raw
 

@@ -1,5 +1,5 @@
-"""The `vast` field of a Core API offer (decisions 6a): the offer as a VAST 4.0 document whose
-tracking URLs are signed for this publisher and screen."""
+"""The `vast` field of a Core API offer (docs/contract.md#6a-vast-documents): the offer as a VAST
+4.0 document whose tracking URLs are signed for this publisher and screen."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from bidder.offers import MadeOffer
 from bidder.vast import VastAd, match_vast, render_vast, tracking_urls
 from matching.money import micros_to_cents
 from matching.snapshot import ScreenInfo
-from store.hot import epoch_ms
+from store.hot.ids import epoch_ms
 
 
 def offer_vast(

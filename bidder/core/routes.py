@@ -1,5 +1,5 @@
-"""The Core API (contract: Core API; decisions 1-5, 6a): offer request, offer response, playout
-confirmation, all under /functions/v1/api with the publisher's Bearer key."""
+"""The Core API (docs/api-core.md; docs/contract.md sections 1 to 5 and 6a): offer request, offer
+response, playout confirmation, all under /functions/v1/api with the publisher's Bearer key."""
 
 from __future__ import annotations
 

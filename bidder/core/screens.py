@@ -1,4 +1,4 @@
-"""Publishers manage their own screens with their API key (decisions section 2): list
+"""Publishers manage their own screens with their API key (docs/contract.md#2-inventory): list
 (paginated), register, read, update, deactivate, under /functions/v1/api/screens.
 
 Postgres is read directly (the list must show a change at once); every change goes through
@@ -186,8 +186,8 @@ _STAND_INS: dict[str, Any] = {"name": "-", "type": "moving", "width": 1, "height
 
 def _values_beside_type_problems(body: dict[str, Any], bad: set[str]) -> list[FieldProblem]:
     """The value rules' problems of the fields of `body` that are not in `bad` (unknown,
-    missing or of the wrong type), so one answer lists both kinds (an external review sent
-    `width: -1` beside a type error and saw only the type error)."""
+    missing or of the wrong type), so one answer lists both kinds (`width: -1` beside a type
+    error is reported with it, not after the type error is fixed)."""
     given = {k: v for k, v in body.items() if k not in bad}
     stand_ins = {k: v for k, v in _STAND_INS.items() if k not in given}
     try:

@@ -31,7 +31,8 @@ from bidder.vast import match_vast
 from matching.engine import NoMatch, VideoSlot
 from matching.money import eur_text, openrtb_min_bid_micros
 from matching.snapshot import ScreenInfo, Snapshot
-from store.hot import REDIS_DOWN, epoch_ms
+from store.errors import REDIS_DOWN
+from store.hot.ids import epoch_ms
 
 #: Largest BidRequest body accepted (413 above it).
 MAX_BID_BYTES = 1_000_000

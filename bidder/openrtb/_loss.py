@@ -33,7 +33,8 @@ from bidder.signing import SIGNATURE_PARAM, query_values, signer, url_value, ver
 from bidder.vast import macro_value
 from bidder.web import runtime_of
 from matching.money import is_decimal_text, json_decimal
-from store.hot import REDIS_DOWN, epoch_ms
+from store.errors import REDIS_DOWN
+from store.hot.ids import epoch_ms
 
 MAX_QUERY_BYTES = 4 * 1024
 MAX_BODY_BYTES = 16 * 1024

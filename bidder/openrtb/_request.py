@@ -1,14 +1,14 @@
 """The BidRequest as this interface reads it: msgspec "view" Structs holding only the fields used,
-and the validation rules in the order of decisions section 6.
+and the validation rules in the order of docs/contract.md#6-openrtb-path.
 
 Containers (the request, `imp`, `video`, `pmp`, `qty`, `ext`) are typed for the fast path. A
 well-formed body that does not fit them is read again as a plain JSON tree and a container of
 the wrong type counts against the rule that reads it (`"video": "x"` is `NO_VIDEO_OBJECT`,
-`"imp": [{...}, "x"]` is `MULTI_IMP_NOT_SUPPORTED`, `"qty": 5` is `NO_TOTAL_AUDIENCE`): decisions
-section 6 keeps `INVALID_REQUEST` for malformed JSON. The leaves a rule looks at are decoded
-untyped and judged by that rule, so `"w": "1920"` is `NO_RESOLUTION` and `"at": "3"` is
-`NOT_FIXED_PRICE`, each in its place in the order. Numbers decode as `Decimal`, never as
-binary floats.
+`"imp": [{...}, "x"]` is `MULTI_IMP_NOT_SUPPORTED`, `"qty": 5` is `NO_TOTAL_AUDIENCE`): the
+contract (docs/contract.md#6-openrtb-path) keeps `INVALID_REQUEST` for malformed JSON. The leaves a
+rule looks at are decoded untyped and judged by that rule, so `"w": "1920"` is `NO_RESOLUTION` and
+`"at": "3"` is `NOT_FIXED_PRICE`, each in its place in the order. Numbers decode as `Decimal`, never
+as binary floats.
 
 Those leaves come from the JSON decoder, so their types are exact (a `true` is a `bool`, never
 an `int`; a number is an `int` or a `Decimal`): the checks compare `type(...)`, which costs less
@@ -23,6 +23,7 @@ from typing import Any, TypeGuard
 import msgspec
 
 from bidder.errors import UNREADABLE_JSON, BadRequest
+from bidder.json_keys import refuse_duplicate_keys
 from matching.json_numbers import JSON_INT_OUT_OF_RANGE, json_tree_with_big_integers
 from matching.money import decimal_places, json_decimal
 
@@ -85,6 +86,7 @@ class IdView(msgspec.Struct):
 _decoder = msgspec.json.Decoder(BidRequestView, float_hook=json_decimal)
 _tree_decoder = msgspec.json.Decoder(float_hook=json_decimal)
 _id_decoder = msgspec.json.Decoder(IdView)
+_encoder = msgspec.json.Encoder(decimal_format="number")
 
 
 class BidAsk(msgspec.Struct, frozen=True):
@@ -200,9 +202,13 @@ def parse_bid_request(body: bytes) -> BidAsk:
     try:
         request = _decoder.decode(body)
     except msgspec.ValidationError:  # well-formed so far, but not of the view's shape
-        return _judge(_lenient_view(_tree(body)))
+        tree = _tree(body)
+        refuse_duplicate_keys(body, tree, code="INVALID_REQUEST")
+        return _judge(_lenient_view(tree))
     except UNREADABLE_JSON:
         raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
+    # Valid JSON: one reading of it only (`{"imp": [...], "imp": []}` is refused).
+    refuse_duplicate_keys(body, code="INVALID_REQUEST")
     return _judge(request)
 
 
@@ -220,9 +226,9 @@ def _tree(body: bytes) -> Any:
 
 
 def _judge(request: BidRequestView) -> BidAsk:
-    """The rules of decisions section 6, in their order, on a decoded request; then what the
-    service also needs of a request that passes them all (its and its impression's `id`, a
-    `video.mimes` it can read), `INVALID_REQUEST` like malformed JSON. Section 6 puts only
+    """The rules of docs/contract.md#6-openrtb-path, in their order, on a decoded request; then what
+    the service also needs of a request that passes them all (its and its impression's `id`, a
+    `video.mimes` it can read), `INVALID_REQUEST` like malformed JSON. The contract puts only
     malformed JSON before its codes, so a request with two impressions and no `id` is
     `MULTI_IMP_NOT_SUPPORTED`."""
     imps = request.imp or []
@@ -281,13 +287,36 @@ def _judge(request: BidRequestView) -> BidAsk:
     )
 
 
+#: The longest text of a client's value an error's details repeat.
+_ECHO_CHARS = 64
+
+
+def _as_sent(value: Any) -> Any:
+    """A client's value as an error's details repeat it: a number of about 20 digits, a
+    boolean, null or a short string as sent; anything else (an object, an array, a long string,
+    an integer of thousands of digits, which many JSON readers refuse) as the start of its JSON
+    text, so an error is never larger than the request, nor unreadable."""
+    if value is None or type(value) is bool:
+        return value
+    if type(value) is int and abs(value) < 10**20:
+        return value
+    if type(value) is Decimal and len(str(value)) <= 24:  # a JSON number as sent (2.5)
+        return value
+    if type(value) is str and len(value) <= _ECHO_CHARS:
+        return value
+    text = value if type(value) is str else _encoder.encode(value).decode()
+    return text if len(text) <= _ECHO_CHARS else text[:_ECHO_CHARS] + "..."
+
+
 def _check_fixed_price(at: Any, imp: Imp) -> None:
     """`at` must be 3, and so must the first deal's: the contract's field table requires
     `imp[0].pmp.deals[0].at` ("yes", "Must be 3"), so a deal without one is refused here,
     where OpenRTB itself would let it inherit the request's."""
     if not _is_int(at) or at != FIXED_PRICE:
         raise _invalid(
-            "NOT_FIXED_PRICE", "Only fixed-price auctions are supported: at must be 3", at=at
+            "NOT_FIXED_PRICE",
+            "Only fixed-price auctions are supported: at must be 3",
+            at=_as_sent(at),
         )
     deals = imp.pmp.deals if imp.pmp is not None else None
     if isinstance(deals, list) and deals and isinstance(deals[0], dict):
@@ -296,7 +325,7 @@ def _check_fixed_price(at: Any, imp: Imp) -> None:
             raise _invalid(
                 "NOT_FIXED_PRICE",
                 "Only fixed-price deals are supported: imp[0].pmp.deals[0].at must be 3",
-                deal_at=deal_at,
+                deal_at=_as_sent(deal_at),
             )
 
 

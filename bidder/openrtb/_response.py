@@ -11,7 +11,7 @@ from litestar import MediaType, Response
 from bidder.asgi import Answer, encode_headers, json_answer
 from bidder.deprecation import deprecation_headers, deprecation_notice
 from bidder.settings import PerSettings, Settings
-from store.hot import random_uuid
+from store.hot.ids import random_uuid
 
 CURRENCY = "EUR"
 #: No-bid reason codes used here (contract: 0 unknown error or resolution mismatch, 1 technical).

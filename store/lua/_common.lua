@@ -1,4 +1,4 @@
--- Shared helpers, prepended to every script at load time (see store/hot.py).
+-- Shared helpers, prepended to every script at load time (see store/hot/state.py).
 -- Amounts are integer micro-cents. Budget fields of a campaign live in the shard's hash:
 --   <cid>:t total, <cid>:r reserved, <cid>:s spent; per UTC day <cid>:r and <cid>:s in day hashes.
 

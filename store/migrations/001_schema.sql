@@ -1,4 +1,4 @@
--- The whole domain of decisions section 2, and the records the hot path writes through the
+-- The whole domain of docs/contract.md#2-inventory, and the records the hot path writes through the
 -- durable queue. Money is NUMERIC cents with micro-cent precision, never a float.
 
 CREATE TABLE publishers (

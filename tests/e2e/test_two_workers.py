@@ -1,6 +1,7 @@
 """The real server, two granian worker processes, hundreds of concurrent offer requests at a
-small budget: the budget is reserved exactly, never over (decisions 4: "under any concurrency,
-on any number of workers")."""
+small budget: the budget is reserved exactly, never over
+(docs/contract.md#4-offers-reservations-and-outcomes: "under any concurrency, on any number of
+workers")."""
 
 from __future__ import annotations
 

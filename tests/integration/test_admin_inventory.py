@@ -112,8 +112,8 @@ async def _stored_version(servers: ServerUrls) -> int:
 async def test_a_document_that_changes_nothing_leaves_the_version_so_no_worker_reloads(
     app_client: Client, servers: ServerUrls
 ) -> None:
-    """Every version bump makes every worker rebuild its whole snapshot; a review saw the
-    export put back (a no-op) bump it each time."""
+    """Every version bump makes every worker rebuild its whole snapshot, so the export put
+    back (a no-op) leaves the version as it is."""
     doc = full_document()
     assert (await put_doc(app_client, doc)).status_code == 200
     first = await _stored_version(servers)
@@ -165,7 +165,7 @@ async def test_an_invalid_document_lists_every_problem_and_applies_nothing(
 
     bad = full_document()
     bad["publishers"][0]["name"] = "Renamed, but must not be applied"
-    bad["publishers"][1]["commission_rate"] = 1.5  # decisions 2: 0..1
+    bad["publishers"][1]["commission_rate"] = 1.5  # docs/contract.md#2-inventory: 0..1
     bad["screens"][0]["width"] = 0  # pixels must be positive
     bad["screens"][1]["timezone"] = "Mars/Olympus_Mons"  # not IANA
     bad["campaigns"][1]["advertiser_id"] = uid(99, 2)  # no such advertiser
@@ -226,8 +226,8 @@ async def test_numbers_written_as_no_client_means_them_are_refused(app_client: C
 async def test_a_stored_screens_external_id_is_listed_with_the_other_problems(
     app_client: Client,
 ) -> None:
-    """A new screen taking the external id of a stored screen the document does not name was
-    reported only once the document's other problems were fixed."""
+    """A new screen taking the external id of a stored screen the document does not name is
+    reported with the document's other problems, not only once they are fixed."""
     assert (await put_doc(app_client, full_document())).status_code == 200
     stored = full_document()["screens"][0]
     twin = {**stored, "id": uid(77, 3), "name": "Twin"}  # the stored screen's external id
@@ -317,7 +317,7 @@ async def test_a_large_document_is_accepted(app_client: Client) -> None:
 @pytest.mark.parametrize(
     ("kind", "field", "raw"),
     [
-        # Each was a 500 (Decimal, asyncpg or datetime overflowing), the document half-checked.
+        # Each would overflow Decimal, asyncpg or datetime: a 400, never a 500 mid-check.
         ("campaigns", "cpm_cents", "1e400"),
         ("campaigns", "daily_budget_cents", "1e400"),
         ("screens", "audience_per_play", "1e400"),
@@ -328,7 +328,7 @@ async def test_a_large_document_is_accepted(app_client: Client) -> None:
         # Would be stored rounded: refused instead (the audience sets the price).
         ("screens", "audience_per_play", "3.33333"),
         ("publishers", "commission_rate", "0.1234567"),
-        # Decimal refuses to compare a NaN: a 500 before.
+        # Decimal refuses to compare a NaN: a problem, not a 500.
         ("publishers", "commission_rate", '"NaN"'),
         ("publishers", "commission_rate", '"sNaN"'),
         # A campaign targeted at ids that name nothing it could ever match.
@@ -419,9 +419,9 @@ async def test_a_flight_at_the_ends_of_the_calendar_loads_and_round_trips(
     app_client: Client, settings: Any, start_at: str, end_at: str
 ) -> None:
     """asyncpg writes datetime.min / datetime.max as -infinity / infinity and reads them back
-    naive: a campaign flying from the first to the last instant the document accepts came back
-    without its time zone, and every offer request it could match answered 500 (matching
-    compares the flight with an aware now)."""
+    naive: a campaign flying from the first to the last instant the document accepts must
+    come back with its time zone, else every offer request it could match answers 500
+    (matching compares the flight with an aware now)."""
     doc = full_document()
     doc["campaigns"][0]["start_at"], doc["campaigns"][0]["end_at"] = start_at, end_at
     doc["campaigns"][0]["targeting"] = {}  # any hour: the offer request below must match it

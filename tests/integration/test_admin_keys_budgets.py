@@ -163,7 +163,7 @@ async def test_an_expired_key_does_not_work(app_client: Client) -> None:
         (f"/admin/v1/publishers/{PUB}/api-keys", b'{"expires_at": "2099-01-01T00:00:00"}', 400),
         (f"/admin/v1/publishers/{PUB}/api-keys", b'{"expires": "2099-01-01T00:00:00Z"}', 400),
         (f"/admin/v1/publishers/{PUB}/api-keys", b'"2099-01-01T00:00:00Z"', 400),
-        # ISO 8601, but past the year 9999 once in UTC (a 500 before: Postgres refused it)
+        # ISO 8601, but past the year 9999 once in UTC (Postgres would refuse it: a 500)
         (
             f"/admin/v1/publishers/{PUB}/api-keys",
             b'{"expires_at": "9999-12-31T23:59:59-12:00"}',
@@ -195,8 +195,8 @@ async def test_revoking_an_unknown_or_malformed_key_id(
 
 
 async def test_a_key_pasted_where_its_key_id_belongs_is_not_repeated(app_client: Client) -> None:
-    """Secrets never reach a log or an answer: the 400 said "got 'dk_stg_...'" (operator
-    review), and answers can end up in logs and tickets."""
+    """Secrets never reach a log or an answer: the 400 does not say "got 'dk_stg_...'", as
+    answers can end up in logs and tickets."""
     created = (await app_client.post(f"/admin/v1/publishers/{PUB}/api-keys", headers=ADMIN)).json()
     response = await app_client.delete(f"/admin/v1/api-keys/{created['api_key']}", headers=ADMIN)
     assert response.status_code == 400
@@ -210,7 +210,7 @@ async def test_a_key_pasted_where_its_key_id_belongs_is_not_repeated(app_client:
 
 async def test_a_campaign_with_its_live_budget(app_client: Client, servers: ServerUrls) -> None:
     # One offer through the Core API: cpm 250 cents x audience 10 / 1000 = 2.5 cents reserved
-    # (decisions 3), so the live figures differ from the stored total.
+    # (docs/contract.md#3-matching-and-price), so the live figures differ from the stored total.
     key = await make_key(servers.database_url)
     await wait_for_inventory(app_client)
     offer = await app_client.get(
@@ -548,7 +548,7 @@ async def test_a_top_up_postgres_committed_is_a_success_while_redis_is_down(
         b'{"add_cents": true}',
         b'{"add_cents": 0.0000001}',
         b'{"add_cents": 9000000001}',
-        b'{"add_cents": 1e400}',  # past Decimal's precision: a 500 before
+        b'{"add_cents": 1e400}',  # past Decimal's precision: a 400, not a 500
         b'{"add_cents": ' + b"[" * 1200 + b"]" * 1200 + b"}",
         b'{"add": 5}',
         b"{}",
@@ -642,7 +642,7 @@ async def test_operator_changes_leave_an_audit_line_without_the_key(
     [
         ("2099-06-30T14:15:16.123456+02:00", "2099-06-30T12:15:16.123Z"),
         # asyncpg writes datetime.max as `infinity` and reads it back naive, which the key check
-        # cannot compare with an aware now: every call with this key answered 500.
+        # cannot compare with an aware now: every call with this key would answer 500.
         ("9999-12-31T23:59:59.999999Z", "9999-12-31T23:59:59.999Z"),
     ],
 )
@@ -660,9 +660,9 @@ async def test_a_key_expiry_is_kept_in_utc_to_the_millisecond(
 async def test_a_key_stored_with_an_infinite_expiry_still_authenticates(
     app_client: Client, servers: ServerUrls
 ) -> None:
-    """Keys issued before expiries were kept to the millisecond may hold `infinity`, which
-    asyncpg reads back naive (authenticating with such a key raised TypeError: a 500). The key
-    cache reads it as the last instant, in UTC."""
+    """A stored key may hold `infinity` as its expiry, which asyncpg reads back naive
+    (authenticating with such a key would raise TypeError: a 500). The key cache reads it as
+    the last instant, in UTC."""
     key = await make_key(servers.database_url)
     conn = await asyncpg.connect(servers.database_url)
     try:

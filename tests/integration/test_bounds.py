@@ -1,7 +1,7 @@
-"""Bounds against hostile input and runaway clients (issue 21, points 2 and 3): no play costs a
-campaign more than its cap, no audience exceeds its publisher's bound, every size is bounded,
-a publisher's screens are counted, and a burst of screen changes rebuilds each worker's
-snapshot a bounded number of times.
+"""Bounds against hostile input and runaway clients: no play costs a campaign more than its
+cap, no audience exceeds its publisher's bound, every size is bounded, a publisher's screens
+are counted, and a burst of screen changes rebuilds each worker's snapshot a bounded number
+of times.
 
 Expected figures come from the contract and the documented limits (docs/api-core.md and
 docs/api-openrtb.md, "Limits"): one play costs cpm x audience / 1000 cents; a publisher's

@@ -94,7 +94,7 @@ async def test_offer_object_has_exactly_the_contract_fields(core: Core) -> None:
     assert offer["billing_code"] == "BILL-FIZZY-METRO"
     assert offer["expires_at"].endswith("Z")
     expires = _parse_utc(offer["expires_at"])
-    # Default offer lifetime: 300 s (decisions 4).
+    # Default offer lifetime: 300 s (docs/contract.md#4-offers-reservations-and-outcomes).
     assert before + timedelta(seconds=299) <= expires <= datetime.now(UTC) + timedelta(seconds=300)
 
 
@@ -233,7 +233,7 @@ async def test_nothing_eligible_is_404_even_with_a_min_bid(live: Live) -> None:
         ("2.51", 422),
         ("2.500001", 422),
         ("2.5000001", 422),  # finer than a micro-cent rounds up: the floor is never undercut
-        # Past Decimal's 28 digits: rounded down to 2.5 and undercut before.
+        # Past Decimal's 28 digits, which its context would round down to 2.5: undercut.
         ("2.5000000000000000000000000001", 422),
         ("2.500000000000000000000000000000000000001", 422),
         # No floor, however spelt (0 * 10**999999999 took the worker hours).
@@ -336,8 +336,8 @@ async def test_an_external_id_holding_a_slash_is_reached_escaped(
     live: Live, external_id: str
 ) -> None:
     """An external id may hold any character (the OpenRTB tagid does); escaped in the path,
-    `/` included, it finds its screen. It was accepted at registration and then unreachable:
-    the decoded path had one segment too many."""
+    `/` included, it finds its screen (the decoded path would have one segment too many, and
+    a screen accepted at registration would be unreachable)."""
     doc = basic_document()
     doc.screens[0].external_id = external_id
     core = await prepare(live, doc)
@@ -363,8 +363,8 @@ async def test_a_uuid_in_any_form_names_the_same_screen_offer_and_deal(
     live: Live, spell: Callable[[str], str]
 ) -> None:
     """UUIDs are one value in any RFC 4122 form: the screen, offer and deal ids the service
-    keeps in lower case are found written otherwise (each was a 404 on the Core API, while the
-    admin and screens APIs found them)."""
+    keeps in lower case are found written otherwise, on the Core API as on the admin and
+    screens APIs."""
     doc = basic_document()
     lettered = "abcdef03-0000-4000-8000-0000000000ab"  # the factory ids are digits only
     doc.screens[0].id = lettered
@@ -552,7 +552,7 @@ _BAD_BODIES: list[tuple[str, Any, str]] = [
     ("price huge", {"action": "accept", "accepted_price_cents": 1e300}, "accepted_price_cents"),
     ("reason too long", {"action": "reject", "rejection_reason": "r" * 501}, "500"),
     ("reason a number", {"action": "reject", "rejection_reason": 7}, "rejection_reason"),
-    # Postgres text cannot hold U+0000: it was stored altered (as U+FFFD) after a 200.
+    # Postgres text cannot hold U+0000: it would be stored altered (as U+FFFD) after a 200.
     ("reason with NUL", {"action": "reject", "rejection_reason": "a\x00b"}, "U+0000"),
     ("body a list", [{"action": "reject"}], "object"),
     ("body a string", "reject", "object"),
@@ -579,7 +579,7 @@ async def test_a_price_of_thousands_of_digits_is_judged_by_its_rule(
     core: Core, digits: int
 ) -> None:
     """Well-formed JSON whose integer msgspec cannot decode (more digits than `int()` takes,
-    4,300) is no malformed body: its field's rule answers (it said "not valid JSON")."""
+    4,300) is no malformed body: its field's rule answers, not "not valid JSON"."""
     offer = (await core.offer(SCREEN_MOVING)).json()
     content = b'{"action": "accept", "accepted_price_cents": 1' + b"0" * digits + b"}"
     response = await core.client.post(
@@ -600,7 +600,7 @@ async def test_a_price_of_thousands_of_digits_is_judged_by_its_rule(
 async def test_invalid_utf8_after_a_huge_integer_is_still_malformed_json(core: Core) -> None:
     """msgspec stops at the integer it cannot decode, before the rest of the bytes; the
     standard library's decoder, which reads the body then, lets an encoded surrogate through,
-    and storing it was a 500. Invalid UTF-8 anywhere is malformed JSON (RFC 8259 8.1)."""
+    which Postgres cannot store. Invalid UTF-8 anywhere is malformed JSON (RFC 8259 8.1)."""
     offer = (await core.offer(SCREEN_MOVING)).json()
     response = await core.client.post(
         f"{API}/offers/response/{offer['offer_id']}",
@@ -619,7 +619,7 @@ async def test_invalid_utf8_after_a_huge_integer_is_still_malformed_json(core: C
         (b'{"action": "accept", ', "application/json", 400),  # malformed JSON
         (b'{"action": "accept", "accepted_price_cents": NaN}', "application/json", 400),
         # Positive, but flushed to 0 micro-cents by Decimal's context: a free deal whose records
-        # were then refused by Postgres, after the 200.
+        # Postgres would refuse after the 200.
         (b'{"action": "accept", "accepted_price_cents": 1e-9999999}', "application/json", 400),
         (b'{"action": "accept", "accepted_price_cents": 1e-1000100}', "application/json", 400),
         # An exponent Decimal cannot hold (19 digits): InvalidOperation in the decoder, a 500.
@@ -629,7 +629,7 @@ async def test_invalid_utf8_after_a_huge_integer_is_still_malformed_json(core: C
             400,
         ),
         (b'{"action": "reject", "x": -1e-99999999999999999999}', "application/json", 200),
-        # 1 cent, spelt with 5,000 zeros: a 500 (int()'s 4,300-digit limit) before.
+        # 1 cent, spelt with 5,000 zeros: past int()'s 4,300-digit limit, still no 500.
         (
             b'{"action": "accept", "accepted_price_cents": 1.' + b"0" * 5000 + b"}",
             "application/json",
@@ -836,6 +836,19 @@ def _ago(delta: timedelta, offset: str = "Z") -> str:
     return (moment + zone).strftime("%Y-%m-%dT%H:%M:%S") + offset
 
 
+def _later_ago(delta: timedelta, offset: str = "Z") -> Callable[[], str]:
+    """`_ago`, worked out when the test runs: a moment near the window's edge, taken when the
+    tests are collected, would fall out of the window in a long session."""
+    return lambda: _ago(delta, offset)
+
+
+def _when_run(body: Any) -> Any:
+    """`body` with its time-relative values worked out now."""
+    if not isinstance(body, dict):
+        return body
+    return {key: value() if callable(value) else value for key, value in body.items()}
+
+
 async def test_playout_confirmation_is_idempotent(core: Core, redis_client: Redis) -> None:
     deal_id = await _deal(core)
     first = await core.confirm(
@@ -866,13 +879,15 @@ async def test_playout_confirmation_is_idempotent(core: Core, redis_client: Redi
     [
         None,  # an empty body
         {},
-        {"played_at": _ago(timedelta(hours=1), "+02:00")},
-        {"played_at": _ago(timedelta(hours=1), "-09:30")},
-        {"played_at": _ago(timedelta(seconds=5))},
-        {"played_at": _ago(timedelta(hours=2)).replace("T", "t").replace("Z", "z")},  # RFC 3339
+        {"played_at": _later_ago(timedelta(hours=1), "+02:00")},
+        {"played_at": _later_ago(timedelta(hours=1), "-09:30")},
+        {"played_at": _later_ago(timedelta(seconds=5))},
+        {
+            "played_at": lambda: _ago(timedelta(hours=2)).replace("T", "t").replace("Z", "z")
+        },  # RFC 3339
         # The window: 30 days back (a deal's lifetime; a player's queue), 5 minutes ahead.
-        {"played_at": _ago(timedelta(days=29, hours=23))},
-        {"played_at": _ago(-timedelta(minutes=4))},
+        {"played_at": _later_ago(timedelta(days=29, hours=23))},
+        {"played_at": _later_ago(-timedelta(minutes=4))},
         {"duration_seconds": 0},
         {"duration_seconds": 2**31 - 1},  # the largest the record's integer column holds
         {"completion_rate": 0},
@@ -882,6 +897,7 @@ async def test_playout_confirmation_is_idempotent(core: Core, redis_client: Redi
     ],
 )
 async def test_playout_accepts_optional_fields(core: Core, body: Any) -> None:
+    body = _when_run(body)
     deal_id = await _deal(core)
     if body is None:
         response = await core.client.post(f"{API}/playout/confirm/{deal_id}", headers=core.auth)
@@ -900,7 +916,7 @@ async def test_playout_accepts_optional_fields(core: Core, body: Any) -> None:
         ({"duration_seconds": 1.5}, "duration_seconds"),
         ({"duration_seconds": "15"}, "duration_seconds"),
         ({"duration_seconds": True}, "duration_seconds"),
-        # Past the record's integer column: it was acknowledged, then stored as null.
+        # Past the record's integer column: acknowledged, it would be stored as null.
         ({"duration_seconds": 2**31}, "2147483647"),
         ({"duration_seconds": 2**70}, "2147483647"),
         ({"player_version": "4.2\x00"}, "U+0000"),
@@ -914,8 +930,8 @@ async def test_playout_accepts_optional_fields(core: Core, body: Any) -> None:
         ({"played_at": "0001-01-01T00:00:00+14:00"}, "played_at"),
         # Outside the window around now: 30 days back, 5 minutes ahead.
         ({"played_at": "2999-01-01T00:00:00Z"}, "30 days"),
-        ({"played_at": _ago(timedelta(days=30, minutes=10))}, "30 days"),
-        ({"played_at": _ago(-timedelta(minutes=6), "+01:00")}, "5 minutes"),
+        ({"played_at": _later_ago(timedelta(days=30, minutes=10))}, "30 days"),
+        ({"played_at": _later_ago(-timedelta(minutes=6), "+01:00")}, "5 minutes"),
         ({"played_at": "2000-01-01T00:00:00Z"}, "played_at"),
         ({"player_version": 4}, "player_version"),
         ({"screen_resolution": ["1920", "1080"]}, "screen_resolution"),
@@ -923,6 +939,7 @@ async def test_playout_accepts_optional_fields(core: Core, body: Any) -> None:
     ],
 )
 async def test_bad_playout_is_400(core: Core, body: Any, needle: str) -> None:
+    body = _when_run(body)
     deal_id = await _deal(core)
     response = await core.confirm(deal_id, body)
     assert response.status_code == 400, response.text

@@ -1,5 +1,6 @@
 """Budgets through the Core API on real Redis and Postgres: never over-reserved under concurrent
-requests, released on expiry, and a fast 503 when Redis cannot be reached (decisions 4 and 7).
+requests, released on expiry, and a fast 503 when Redis cannot be reached
+(docs/contract.md#4-offers-reservations-and-outcomes and docs/contract.md#7-durability).
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ async def test_ties_go_to_the_larger_share_left_from_the_very_next_request(
     live: Live, monkeypatch: pytest.MonkeyPatch, refresh_seconds: float
 ) -> None:
     # Two campaigns at the same price and budget: each offer reserves from one, so the next
-    # request must go to the other (decisions 3), without waiting for a budget refresh; and a
-    # refresh read in flight meanwhile (all the time, at 0 s) must not bring the older figures
-    # back (a second reading saw the same campaign win again that way).
+    # request must go to the other (docs/contract.md#3-matching-and-price), without waiting for a
+    # budget refresh; and a refresh read in flight meanwhile (all the time, at 0 s) must not bring
+    # the older figures back (the same campaign would then win again).
     monkeypatch.setattr(runtime_module, "_BUDGET_REFRESH_SECONDS", refresh_seconds)
     twin = uid(9, 4)
     doc = basic_document(
@@ -102,7 +103,8 @@ async def test_a_refresh_read_in_flight_does_not_undo_a_newer_answer(
 
 
 async def test_a_rejected_offer_does_not_use_up_a_play_of_the_cap(live: Live) -> None:
-    # max_plays_per_screen_per_hour 1 (decisions 2): a rejection is no play, an accept is.
+    # max_plays_per_screen_per_hour 1 (docs/contract.md#2-inventory): a rejection is no play, an
+    # accept is.
     core = await prepare(
         live, basic_document(campaigns=[campaign(max_plays_per_screen_per_hour=1)])
     )

@@ -1,5 +1,5 @@
-"""Fault tests (decisions section 7): real servers of this module's own, stopped, killed and
-restarted under load. After each, every acknowledged record is in Postgres exactly once and
+"""Fault tests (docs/contract.md#7-durability): real servers of this module's own, stopped, killed
+and restarted under load. After each, every acknowledged record is in Postgres exactly once and
 every campaign balances: budget = remaining + reserved + spent.
 
 "Acknowledged" = the Lua script returned success: the point where the HTTP handler answers 2xx.
@@ -74,7 +74,7 @@ def own_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     try:
         yield Servers(redis, postgres)
     finally:
-        postgres.stop()
+        postgres.discard()
         redis.stop()
 
 
@@ -395,8 +395,8 @@ async def test_a_loss_a_pixel_or_a_playout_redis_runs_too_late_changes_nothing(
     fresh: tuple[Servers, Redis, asyncpg.Pool],
 ) -> None:
     """A loss notice, a tracking pixel and a playout confirmation answered 503 must not happen
-    later: the SSP's or the player's retry would then count as a repeat (the loss notice's
-    first call was applied after its 503 once Redis resumed). Each carries the deadline the
+    later: the SSP's or the player's retry would then count as a repeat (a loss notice's
+    first call applied after its 503, once Redis resumes). Each carries the deadline the
     answer script does; here every deadline is past (Redis' clock read a second behind)."""
     servers, redis, _ = fresh
     _, camp = await prepare(redis, servers.postgres.url)

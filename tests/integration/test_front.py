@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from bidder.app import create_app
+from bidder.observability import exposition
 from tests.support.core import API, Core, Live, live_app, prepare
 from tests.support.openrtb import BID, ROOT, assert_error, bid_request, queue_kept
 from tests.support.servers import ADMIN_TOKEN
@@ -372,11 +373,27 @@ async def test_declared_length_over_the_limit_is_413_before_reading(
     assert json.loads(answer)["error"] == "PAYLOAD_TOO_LARGE"
 
 
-async def test_client_gone_mid_body_is_500_without_a_traceback(core: Core, raw: _RawCall) -> None:
+@pytest.mark.parametrize(
+    ("path", "label"),
+    [
+        (f"{API}/offers/response/{SCREEN}", f"{API}/offers/response/{{offer_id}}"),  # the front
+        (f"{API}/screens", f"{API}/screens"),  # Litestar
+    ],
+)
+async def test_client_gone_mid_body_is_counted_client_closed_at_info(
+    core: Core, raw: _RawCall, caplog: pytest.LogCaptureFixture, path: str, label: str
+) -> None:
     events = [{"type": "http.request", "body": b'{"action": ', "more_body": True}]
-    status, _, answer = await raw("POST", f"{API}/offers/response/{SCREEN}", _auth(core), events)
-    assert status == 500
-    assert json.loads(answer) == {"error": "Failed to process the offer"}
+    with caplog.at_level(logging.INFO):
+        status, _, _ = await raw("POST", path, _auth(core), events)
+    assert status in (0, 499)  # nothing, or an answer nobody reads: never a 500
+    counted = exposition(core.rt.metrics).decode()
+    assert f'route="{label}",status="client_closed"}} 1.0' in counted, counted
+    assert 'status="500"' not in counted
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    gone = [r for r in caplog.records if r.message == "client closed"]
+    assert len(gone) == 1
+    assert gone[0].levelno == logging.INFO
 
 
 async def test_unexpected_error_is_500_in_the_interface_shape(

@@ -1,11 +1,13 @@
-"""/healthz, /readyz and /metrics as decisions section 8 defines them: ready means Redis reachable
-and the inventory snapshot loaded; Postgres being down does not make an instance unready."""
+"""/healthz, /readyz and /metrics as docs/contract.md#8-operations defines them: ready means Redis
+reachable and the inventory snapshot loaded; Postgres being down does not make an instance
+unready."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +57,7 @@ async def test_not_ready_without_redis(servers: ServerUrls, clean: None) -> None
 
 async def _seeded_postgres(tmp_path: Path) -> PostgresServer:
     """A Postgres of the test's own (to stop and start), migrated and seeded with the basic
-    document; the caller stops it."""
+    document; the caller discards it."""
     postgres = PostgresServer(tmp_path / "pg", free_port())
     postgres.start()
     try:
@@ -66,7 +68,7 @@ async def _seeded_postgres(tmp_path: Path) -> PostgresServer:
             await conn.close()
         await seed(postgres.url, basic_document())
     except BaseException:
-        postgres.stop()
+        postgres.discard()
         raise
     return postgres
 
@@ -93,16 +95,16 @@ async def test_postgres_down_keeps_a_loaded_instance_ready(
             assert down["postgres"] != "ok"
             assert down["inventory"]["status"] == "ok"
     finally:
-        postgres.stop()
+        postgres.discard()
 
 
 async def test_a_worker_started_while_postgres_is_down_serves_the_inventory_copy(
     servers: ServerUrls, clean: None, tmp_path: Path
 ) -> None:
-    """Decisions section 8: Postgres being down must not turn into an outage. A worker that
-    was running keeps its snapshot (above); one (re)started during the outage builds its
-    snapshot from the copy the last loading worker left in Redis, serves, and says so in
-    /readyz; when Postgres answers again the copy's version is Postgres' own."""
+    """docs/contract.md#8-operations: Postgres being down must not turn into an outage. A worker
+    that was running keeps its snapshot (above); one (re)started during the outage builds its
+    snapshot from the copy the last loading worker left in Redis, serves, and says so in /readyz;
+    when Postgres answers again the copy's version is Postgres' own."""
     postgres = await _seeded_postgres(tmp_path)
     try:
         key = await make_key(postgres.url)
@@ -138,7 +140,7 @@ async def test_a_worker_started_while_postgres_is_down_serves_the_inventory_copy
                 await asyncio.sleep(0.1)
             assert body["inventory"] == first
     finally:
-        postgres.stop()
+        postgres.discard()
 
 
 async def test_without_postgres_or_a_copy_a_worker_is_not_ready(
@@ -317,8 +319,8 @@ async def test_metrics_count_requests_by_route(
         text = (await client.get("/metrics")).text
         assert 'http_requests_total{method="GET",route="unmatched",status="404"} 1.0' in text
         assert 'http_requests_total{method="DELETE",route="unmatched",status="405"} 1.0' in text
-        # ... and logged as every 4xx is (they had no access line). The app's JSON log
-        # handler writes to stderr.
+        # ... and logged as every 4xx is, with an access line. The app's JSON log handler
+        # writes to stderr.
         capsys.readouterr()
         refused = await client.get("/no/such/path/2")
         assert refused.status_code == 404
@@ -327,7 +329,7 @@ async def test_metrics_count_requests_by_route(
         assert [(line["route"], line["status"], line["method"]) for line in lines] == [
             ("unmatched", 404, "GET")
         ]
-        # With a request id, as every answer and log line (decisions section 8), the
+        # With a request id, as every answer and log line (docs/contract.md#8-operations), the
         # caller's own when it sends one.
         assert lines[0]["request_id"] == refused.headers["x-request-id"] != "-"
         traced = await client.delete("/healthz", headers={"X-Request-ID": "trace-405"})
@@ -376,9 +378,18 @@ async def test_the_deprecation_notice_links_to_guides_that_exist(
         reference = await client.get("/docs/api-openrtb")
         assert reference.text != migration.text
         assert "/docs/migration-openrtb-to-core" in reference.text
-        # The guides' links to each other (`api-core.md`, relative) resolve where they are served.
-        for link in ("api-core.md", "api-openrtb.md", "migration-openrtb-to-core.md"):
-            assert f"]({link})" in migration.text + reference.text, link
+        # The guides' relative links to each other (`api-core.md`, `contract.md#6-openrtb-path`)
+        # resolve where they are served: every one, in every guide served.
+        served = [migration.text, reference.text]
+        served += [(await client.get(f"/docs/{name}")).text for name in ("api-core", "contract")]
+        links = set(re.findall(r"\]\(([^)#:/]+\.md)(?:#[^)]*)?\)", "\n".join(served)))
+        assert {
+            "api-core.md",
+            "api-openrtb.md",
+            "migration-openrtb-to-core.md",
+            "contract.md",
+        } <= links
+        for link in sorted(links):
             linked = await client.get(f"/docs/{link}")
             assert linked.status_code == 200, link
             assert linked.text == (await client.get(f"/docs/{link[:-3]}")).text
@@ -405,7 +416,7 @@ async def test_the_shared_postgres_probe_does_not_log_under_the_request_that_sta
     servers: ServerUrls, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The probe (and the pool's reconnect task it may start) outlives the request that asked
-    first; a fault review saw asyncpg's reconnect warnings carry an old admin request's id."""
+    first, so its logs (asyncpg's reconnect warnings) must not carry that request's id."""
     rt = Runtime(make_settings(servers, RECORD_WRITER="0"))
     seen: list[str] = []
     probe = rt._probe_postgres

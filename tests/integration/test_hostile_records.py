@@ -1,4 +1,4 @@
-"""Hostile extras never hold a record back (issue: no record can block another).
+"""Hostile extras never hold a record back: no record can block another.
 
 Every client-supplied field of loss notices, tracking pixels and playout confirmations is sent
 with extreme numbers, odd types and odd JSON, each request between two accepts of the Core API,

@@ -171,10 +171,11 @@ async def test_every_key_a_reservation_writes_expires(redis_client: Redis) -> No
 async def test_a_total_lowered_below_the_reservations_is_never_overspent(
     redis_client: Redis,
 ) -> None:
-    """Decisions 4: a campaign never spends more than its budget. Offers reserved under a
-    total of 10 cents, then the operator lowers it to 6 (an import syncs the new total): the
-    accepts and impressions that fit still settle, the rest are refused (the Core offer is
-    withdrawn, 404; the impression is recorded but not billed), and spent stays within 6."""
+    """docs/contract.md#4-offers-reservations-and-outcomes: a campaign never spends more than its
+    budget. Offers reserved under a total of 10 cents, then the operator lowers it to 6 (an import
+    syncs the new total): the accepts and impressions that fit still settle, the rest are refused
+    (the Core offer is withdrawn, 404; the impression is recorded but not billed), and spent stays
+    within 6."""
     hot, camp = await _hot(redis_client, "10")
     now = datetime.now(UTC)
 
@@ -239,8 +240,8 @@ async def test_totals_follow_the_inventory_version_whatever_order_they_reach_red
 ) -> None:
     """Budget totals reach Redis from top-ups (at once) and from every worker's inventory sync,
     in any order; the total of the newest inventory version stays. A sync that read before a
-    top-up used to write the old total back (until its next reload), and a top-up's write
-    that arrived late (after a newer top-up, or an import that lowered the budget) stayed."""
+    top-up does not write the old total back, and a top-up's write that arrives late (after a
+    newer top-up, or an import that lowered the budget) does not stay."""
     hot, camp = await _hot(redis_client, "25")  # synced at version 0
 
     async def total() -> int:

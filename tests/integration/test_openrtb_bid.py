@@ -442,7 +442,8 @@ async def test_an_audience_beyond_18_decimals_is_rounded_there_and_priced(live: 
 
 
 async def test_a_price_below_a_millionth_of_a_euro_is_a_plain_number(live: Live) -> None:
-    """Decisions 1: JSON output is a plain number, so no exponent ("2E-8") however small."""
+    """docs/contract.md#1-money: JSON output is a plain number, so no exponent ("2E-8") however
+    small."""
     headers = await seeded(live)
     no_floor = {"deals": [{"id": "deal-7", "bidfloor": 0, "at": 3}]}
     request = bid_request(qty={"multiplier": Decimal("0.00001")}, pmp=no_floor)
@@ -499,7 +500,8 @@ async def test_an_audience_finer_than_4_decimals_is_recorded_as_priced(live: Liv
     assert response.status_code == 200, response.text
     bid = response.json()["seatbid"][0]["bid"][0]
     # 250 cents CPM x 119.471234 / 1000 = 29.8678085 cents, half-even to the micro-cent:
-    # 29.867808 cents (decisions 1 and 3), 0.29867808 EUR.
+    # 29.867808 cents (docs/contract.md#1-money and docs/contract.md#3-matching-and-price),
+    # 0.29867808 EUR.
     assert Decimal(str(bid["price"])) == Decimal("0.29867808")
     parts = urlsplit(bid["lurl"].replace("reason=${AUCTION_LOSS}", "reason=102"))
     assert (await live.client.get(f"{parts.path}?{parts.query}")).status_code == 204
@@ -543,7 +545,7 @@ def _legacy(qty: Any) -> dict[str, Any]:
         # beside a qty, ext.totalaud is not read, whatever it holds; nor are these
         (bid_request(ext={"totalaud": "x"}), 200),
         (bid_request(qty={"multiplier": 119.47, "sourcetype": "x", "vendor": None}), 200),
-        # the contract's table requires the deal's `at` (an absent one used to inherit)
+        # the contract's table requires the deal's `at` (an absent one does not inherit)
         (_deal_without_at(), 400),
         (bid_request(banner={"w": 1, "h": 1}), 400),
         (_legacy({}), 400),
@@ -552,8 +554,8 @@ def _legacy(qty: Any) -> dict[str, Any]:
 async def test_the_served_schema_takes_exactly_the_requests_the_endpoint_takes(
     live: Live, body: dict[str, Any], status: int
 ) -> None:
-    """Decisions section 6: openapi.json describes exactly what the endpoint does. Each body
-    is checked against the served BidRequest schema and sent; both must agree."""
+    """docs/contract.md#6-openrtb-path: openapi.json describes exactly what the endpoint does. Each
+    body is checked against the served BidRequest schema and sent; both must agree."""
     headers = await seeded(live)
     served = await live.client.get(f"{ROOT}openapi.json", headers=headers)
     document = served.json()
@@ -571,10 +573,10 @@ async def test_the_served_schema_takes_exactly_the_requests_the_endpoint_takes(
     ("bidfloor", "status"),
     [
         ("2.5", 200),  # 2.5 x 100 / 10 = 25 cents, the play's price: met exactly
-        # A 29-digit floor was rounded down to 25 cents by Decimal's context: undercut.
+        # Decimal's default context would round a 29-digit floor down to 25 cents: undercut.
         ("2.5000000000000000000000000001", 204),
         ("2.5" + "0" * 40 + "1", 204),
-        # 19-digit exponents: a 500 (InvalidOperation in the decoder); now the rules judge them.
+        # 19-digit exponents, which Decimal cannot hold: the rules judge them, never a 500.
         ("1e99999999999999999999", 204),
         ("1e-99999999999999999999", 200),  # a positive floor under a cent: 1 cent, met
     ],
@@ -582,8 +584,9 @@ async def test_the_served_schema_takes_exactly_the_requests_the_endpoint_takes(
 async def test_a_floor_is_never_undercut_however_it_is_spelt(
     live: Live, bidfloor: str, status: int
 ) -> None:
-    """Decisions 1: the minimum bid rounds UP to a whole cent, a floor is never undercut. The
-    seeded campaign's CPM is 250 cents: 0.25 cents per audience unit, 25 cents for 100."""
+    """docs/contract.md#1-money: the minimum bid rounds UP to a whole cent, a floor is never
+    undercut. The seeded campaign's CPM is 250 cents: 0.25 cents per audience unit, 25 cents for
+    100."""
     headers = await seeded(live)
     body = bid_request(
         qty={"multiplier": 100},

@@ -129,8 +129,8 @@ async def test_silent_server_times_out_and_next_call_reconnects() -> None:
 async def test_a_call_resuming_after_its_connection_died_gets_no_other_callers_reply() -> None:
     """A connection that dies right after connecting (here: the server closes it after the
     clock's TIME reply): the calls that waited for the connect must fail, not sit in the queue
-    without their command sent, which made the next connection's replies go to the wrong
-    callers (an ECHO got the TIME reply, and every later caller its predecessor's reply)."""
+    without their command sent, which would make the next connection's replies go to the
+    wrong callers (an ECHO would get the TIME reply, every later caller its predecessor's)."""
     connections = 0
 
     async def dies_after_first_time(

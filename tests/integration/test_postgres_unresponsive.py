@@ -1,7 +1,7 @@
 """A Postgres that accepts connections and never answers (a SIGSTOPped or blackholed server)
 must not hold an instance's answers: /readyz stays 200 with `"postgres": "unresponsive"`
-(decisions section 8), and the admin and screens endpoints answer 503 with `Retry-After: 1` at
-once (docs/decisions.md) instead of waiting on the frozen server.
+(docs/contract.md#8-operations), and the admin and screens endpoints answer 503 with
+`Retry-After: 1` at once (docs/decisions.md) instead of waiting on the frozen server.
 
 The session's Postgres is left alone: the app reaches it through a proxy of this module's own,
 which forwards until it is frozen and then holds every byte while keeping every socket open.
@@ -27,8 +27,8 @@ from tests.support.factories import PUB, basic_document, make_key, seed
 from tests.support.servers import ServerUrls, make_settings, wait_for_inventory
 
 SCREENS = "/functions/v1/api/screens"
-#: What "answers at once" means here: the service waits about 0.5 s for Postgres. Before the
-#: fix, /readyz was held 60 s here (the pool's command_timeout) and the screens list 120 s.
+#: What "answers at once" means here: the service waits about 0.5 s for Postgres, far below
+#: the pool's command_timeout (60 s), which would otherwise hold /readyz and the screens list.
 PROMPT_SECONDS = 2.0
 
 T = TypeVar("T")

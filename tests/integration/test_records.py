@@ -65,7 +65,7 @@ async def test_every_record_type_is_written_once_with_exact_money(
         await assert_exactly_once(conn, expected)
         await assert_balanced(redis_client, conn)
         deal: Any = await conn.fetchrow("SELECT * FROM deals LIMIT 1")
-        # accepted at 2.0 cents, commission 15 %: 0.3, net 1.7 (decisions section 1)
+        # accepted at 2.0 cents, commission 15 %: 0.3, net 1.7 (docs/contract.md#1-money)
         assert deal["gross_price_cents"] == Decimal("2")
         assert deal["commission_cents"] == Decimal("0.3")
         assert deal["net_price_cents"] == Decimal("1.7")
@@ -321,8 +321,8 @@ async def test_client_text_postgres_cannot_hold_is_stored_not_dead_lettered(
 ) -> None:
     """Acknowledged requests may carry what Postgres refuses: a NUL in a string (text rejects
     it) or a playout duration beyond an integer. Their records must still be written
-    (decisions 7), with the NUL as U+FFFD (in a loss notice's json body, its escape) and the
-    duration as NULL."""
+    (docs/contract.md#7-durability), with the NUL as U+FFFD (in a loss notice's json body,
+    its escape) and the duration as NULL."""
     hot, camp = await prepare(redis_client, migrated)
     await ensure_groups(redis_client)
     now = datetime.now(UTC)

@@ -287,8 +287,9 @@ async def test_reconcile_reports_and_repairs_counters_from_the_records(
 async def test_an_openrtb_bids_outcome_shows_as_one_of_the_four_statuses(
     app_client: AsyncTestClient[Litestar], redis_client: Redis, settings: Any
 ) -> None:
-    """Decisions 2: the admin offer view's status is open | accepted | rejected | expired. A
-    billed bid shows as accepted and a lost one as rejected, from Redis and from Postgres."""
+    """docs/contract.md#2-inventory: the admin offer view's status is open | accepted | rejected |
+    expired. A billed bid shows as accepted and a lost one as rejected, from Redis and from
+    Postgres."""
     await seed(settings.database_url, basic_document())
     await wait_for_inventory(app_client)
     hot = HotState(redis_client)
@@ -328,8 +329,8 @@ async def test_an_openrtb_bids_outcome_shows_as_one_of_the_four_statuses(
 @pytest.mark.parametrize(
     ("played_at", "stored"),
     [
-        # The first instant the Core API accepts: asyncpg writes datetime.min as -infinity, so it
-        # was stored as -infinity and every read of the deal answered 500.
+        # The first instant the Core API accepts: asyncpg writes datetime.min as -infinity, and
+        # a deal whose playout held -infinity would answer 500 on every read.
         ("0001-01-01T00:00:00.000Z", "0001-01-01 00:00:00+00"),
         ("9999-12-31T23:59:59.999Z", "9999-12-31 23:59:59.999+00"),
     ],
@@ -370,7 +371,8 @@ async def test_a_playout_at_either_end_of_the_accepted_years_is_stored_and_read_
 async def test_a_timestamp_stored_as_infinity_reads_as_the_first_or_last_instant(
     app_client: AsyncTestClient[Litestar], settings: Any
 ) -> None:
-    """Rows written before the fix above hold -infinity; their deal reads, it does not 500."""
+    """A row holding -infinity (as asyncpg writes datetime.min) still reads: its deal
+    answers, it does not 500."""
     await seed(settings.database_url, basic_document())
     await wait_for_inventory(app_client)
     deal_id, offer_id, billing_id = (str(uuid.uuid4()) for _ in range(3))
@@ -415,8 +417,8 @@ async def test_a_timestamp_stored_as_infinity_reads_as_the_first_or_last_instant
 async def test_the_cli_shows_and_tops_up_what_the_admin_api_does(
     app_client: AsyncTestClient[Litestar], redis_client: Redis, settings: Any
 ) -> None:
-    """Decisions section 2: every admin operation from the command line too. `bidder campaigns
-    show|top-up`, `offers show` and `deals show` print what the admin API answers, and a
+    """docs/contract.md#2-inventory: every admin operation from the command line too. `bidder
+    campaigns show|top-up`, `offers show` and `deals show` print what the admin API answers, and a
     top-up logs its audit line there as well."""
     await seed(settings.database_url, basic_document())
     await wait_for_inventory(app_client)
@@ -451,15 +453,17 @@ async def test_the_cli_shows_and_tops_up_what_the_admin_api_does(
     api = parsed((await app_client.get(f"/admin/v1/campaigns/{CAMPAIGN}", headers=ADMIN)).content)
     assert api["budget"]["total_cents"] == Decimal("100250.000001")
 
-    refusals: list[tuple[tuple[str, ...], bytes]] = [
-        (("campaigns", "top-up", CAMPAIGN, "-5"), b"positive"),
-        (("campaigns", "top-up", CAMPAIGN, "9000000000"), b"exceed"),
-        (("campaigns", "show", str(uuid.uuid4())), b"Unknown campaign"),
-        (("offers", "show", str(uuid.uuid4())), b"not found"),
-        (("deals", "show", str(uuid.uuid4())), b"not found"),
+    # An amount the admin API's parser refuses is a usage error (2); a refused action (a total
+    # past the largest, an unknown id) is 1.
+    refusals: list[tuple[tuple[str, ...], bytes, int]] = [
+        (("campaigns", "top-up", CAMPAIGN, "-5"), b"positive", 2),
+        (("campaigns", "top-up", CAMPAIGN, "9000000000"), b"exceed", 1),
+        (("campaigns", "show", str(uuid.uuid4())), b"Unknown campaign", 1),
+        (("offers", "show", str(uuid.uuid4())), b"not found", 1),
+        (("deals", "show", str(uuid.uuid4())), b"not found", 1),
     ]
-    for args, fragment in refusals:
+    for args, fragment, status in refusals:
         refused = await bidder(env, *args)
-        assert refused.returncode == 1, (args, refused.stderr)
+        assert refused.returncode == status, (args, refused.stderr)
         assert fragment in refused.stderr
         assert b"Traceback" not in refused.stderr

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tests.support.admin import ADMIN, Client, bearer, started_client
+from tests.support.admin import ADMIN, NEW_SCREEN, Client, bearer, started_client
 from tests.support.factories import (
     PUB,
     PUB_OTHER,
@@ -80,20 +80,6 @@ async def reaches_matching(client: Client, check: Any, within: float = 2.0) -> N
             return
         await asyncio.sleep(0.05)
     raise AssertionError("the change did not reach the snapshot in time")
-
-
-NEW_SCREEN = {
-    "name": "Platform 9",
-    "type": "slow",
-    "width": 1080,
-    "height": 1920,
-    "external_id": "ext-new-9",
-    "audience_per_play": 42.5,
-    "venue_type": "transit.train_stations",
-    "timezone": "Europe/Berlin",
-    "lat": 52.5,
-    "lon": 13.4,
-}
 
 
 @pytest.mark.parametrize(
@@ -283,7 +269,7 @@ async def test_wrong_types_missing_and_unknown_fields_are_all_listed(metro: Publ
 @pytest.mark.parametrize(
     ("body", "fields"),
     [
-        # A type error beside values that break a rule: only the type error was listed.
+        # A type error beside values that break a rule: both kinds are listed.
         (
             {**NEW_SCREEN, "width": "wide", "height": -1, "timezone": "Atlantis/Capital"},
             {"width", "height", "timezone"},
@@ -324,7 +310,7 @@ async def test_an_update_lists_type_and_value_problems_together(
 @pytest.mark.parametrize(
     ("extra", "fields"),
     [
-        # Each was answered with only its own message ({error}, no `problems`).
+        # The id's or publisher's problem sits in `problems` beside the others, not alone.
         ({"id": "not-uuid", "width": 0}, {"id", "width"}),
         ({"publisher_id": PUB_OTHER, "width": 0}, {"publisher_id", "width"}),
         ({"publisher_id": PUB_OTHER, "height": "tall"}, {"publisher_id", "height"}),

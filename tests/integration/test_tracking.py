@@ -129,7 +129,7 @@ async def test_an_openrtb_pixel_carries_the_deprecation_headers_and_a_core_one_d
 
 async def test_bid_outcomes_and_loss_notices_are_counted(live: Live) -> None:
     """An operator watches the impression-billing and loss-notice rates (shared decisions:
-    metrics of offers by outcome); before, an OpenRTB bid's outcome was counted nowhere."""
+    metrics of offers by outcome), an OpenRTB bid's outcome included."""
     billed, lost = await make_bid(live), await make_bid(live)
     for _ in range(2):  # billed once, however often it fires
         assert (await live.client.get(fired(tracking_of(billed)["impression"]))).status_code == 200
@@ -246,8 +246,8 @@ async def test_a_bid_never_answered_is_released_at_expiry(servers: ServerUrls, c
 
 
 async def test_a_stalled_redis_gets_the_pixel_a_503_at_once(live: Live) -> None:
-    """Decisions 7: with Redis unreachable the service answers at once, no hang. A Redis that
-    accepts connections and never answers (a stall) must get the impression pixel its 503
+    """docs/contract.md#7-durability: with Redis unreachable the service answers at once, no hang. A
+    Redis that accepts connections and never answers (a stall) must get the impression pixel its 503
     within the hot path's timeout, not the background clients' 2 s."""
     impression = tracking_of(await make_bid(live))["impression"]
 

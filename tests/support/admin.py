@@ -160,3 +160,17 @@ def full_document() -> dict[str, Any]:
             },
         ],
     }
+
+
+NEW_SCREEN = {
+    "name": "Platform 9",
+    "type": "slow",
+    "width": 1080,
+    "height": 1920,
+    "external_id": "ext-new-9",
+    "audience_per_play": 42.5,
+    "venue_type": "transit.train_stations",
+    "timezone": "Europe/Berlin",
+    "lat": 52.5,
+    "lon": 13.4,
+}

@@ -8,7 +8,7 @@ lets a test read the runtime's Redis client directly.
 
 Expected figures come from the contract and decisions, not from the code: the basic document's
 moving screen has audience 10 and the campaign a CPM of 250 cents, so one play costs
-250 x 10 / 1000 = 2.5 cents (decisions 3).
+250 x 10 / 1000 = 2.5 cents (docs/contract.md#3-matching-and-price).
 """
 
 from __future__ import annotations

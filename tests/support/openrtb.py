@@ -102,7 +102,7 @@ _REGISTRY = _registry()
 
 def validate_bid_response(body: dict[str, Any]) -> None:
     """Against the IAB OpenRTB 2.6 JSON schema, and every adm against the VAST 4.0 XSD
-    (without `Expires`, decisions 6a)."""
+    (without `Expires`, docs/contract.md#6a-vast-documents)."""
     schema = json.loads((SCHEMA_DIR / "BidResponse.json").read_text())
     jsonschema.Draft202012Validator(schema, registry=_REGISTRY).validate(body)
     for seat in body.get("seatbid", []):

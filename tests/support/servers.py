@@ -48,7 +48,7 @@ def session_servers(folder: Path) -> Iterator[ServerUrls]:
     try:
         yield ServerUrls(local.redis.url, local.postgres.url, local)
     finally:
-        local.stop()
+        local.discard()
 
 
 def make_settings(servers: ServerUrls, **overrides: str) -> Settings:

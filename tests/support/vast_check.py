@@ -1,6 +1,7 @@
-"""VAST 4.0 validity as decisions 6a has it, checked by two validators: xmlschema (pure Python)
-and libxml2 through lxml, which is stricter on `xs:anyURI` (`[`, `]`, a stray `%` or a second
-`#` fail there; reference/README.md). A player's or an SSP's validator may be either."""
+"""VAST 4.0 validity as docs/contract.md#6a-vast-documents has it, checked by two validators:
+xmlschema (pure Python) and libxml2 through lxml, which is stricter on `xs:anyURI` (`[`, `]`, a
+stray `%` or a second `#` fail there; tests/standards/README.md). A player's or an SSP's validator
+may be either."""
 
 from __future__ import annotations
 

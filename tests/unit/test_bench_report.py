@@ -1,4 +1,4 @@
-"""The bench report: targets judged against issue 6's thresholds, the table, the chart; and the
+"""The bench report: targets judged against the bench's thresholds, the table, the chart; and the
 shape checks the Locust scenarios apply."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The bench inventory is what issue 6 asks for, valid, and the same for the same seed."""
+"""The bench inventory is as bench/README.md describes it, valid, and the same for the same seed."""
 
 from __future__ import annotations
 

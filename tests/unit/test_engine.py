@@ -1,4 +1,5 @@
-"""Matching rules of decisions section 3, checked on the pure engine (nothing running).
+"""Matching rules of docs/contract.md#3-matching-and-price, checked on the pure engine (nothing
+running).
 
 Price of one play = cpm x audience / 1000; the highest price wins; a tie goes to the campaign
 with the larger share of its budget left; the screen type decides which creative kinds it takes
@@ -336,10 +337,11 @@ def test_nothing_eligible_is_not_below_minimum() -> None:
 
 
 def test_a_campaign_the_screen_cannot_show_does_not_hide_one_below_the_minimum() -> None:
-    """Decisions section 3: 422 when something is eligible but nothing reaches the minimum. A
-    review's static screen with a better-paying video-only campaign got the 404: that campaign
-    was counted as reaching the minimum, then dropped for its creative."""
-    static_only = Targeting(screen_ids=[SCREEN_STATIC])  # as the review's were
+    """docs/contract.md#3-matching-and-price: 422 when something is eligible but nothing
+    reaches the minimum. A static screen with a better-paying video-only campaign and a
+    showable one below the minimum gets the 422, not a 404: the campaign it cannot show never
+    counts as reaching the minimum."""
+    static_only = Targeting(screen_ids=[SCREEN_STATIC])
     snap = _snapshot(
         campaigns=[
             campaign(id=CAMPAIGN, cpm_cents=Decimal(1000), targeting=static_only),
@@ -376,8 +378,8 @@ def test_a_campaign_below_the_minimum_the_screen_cannot_show_is_not_eligible() -
 
 
 def test_an_openrtb_slot_with_an_exact_fit_below_the_floor_is_no_bid_not_a_size_mismatch() -> None:
-    """Decisions section 6: nbr 0 is for "a compatible asset exists but none has exactly w x
-    h"; a campaign that fits exactly but pays less than the floor makes it "minimum not met"
+    """docs/contract.md#6-openrtb-path: nbr 0 is for "a compatible asset exists but none has exactly
+    w x h"; a campaign that fits exactly but pays less than the floor makes it "minimum not met"
     (204), whatever a better-paying campaign of the wrong size says."""
     snap = _snapshot(
         campaigns=[
@@ -401,7 +403,7 @@ def test_an_openrtb_slot_with_an_exact_fit_below_the_floor_is_no_bid_not_a_size_
     )
 
 
-# -- bounds: no play drains a budget (issue 21) ----------------------------------------------
+# -- bounds: no play drains a budget ---------------------------------------------------------
 
 
 def test_a_campaign_never_serves_a_play_that_costs_more_than_its_cap() -> None:

@@ -1,6 +1,7 @@
 """OpenRTB matching scans the campaigns with a creative of the slot's exact size first
 (`sized_candidates`); the answer must be the one the scan of every candidate gives: the same
-campaign, creative and price, or the same no-match reason (decisions 3 and 6: 204 vs nbr 0)."""
+campaign, creative and price, or the same no-match reason (docs/contract.md#3-matching-and-price and
+docs/contract.md#6-openrtb-path: 204 vs nbr 0)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Inventory document validation (decisions section 2): one case per rule, every problem found
-at once with its list, index, id and field, and references to stored items."""
+"""Inventory document validation (docs/contract.md#2-inventory): one case per rule, every problem
+found at once with its list, index, id and field, and references to stored items."""
 
 from __future__ import annotations
 
@@ -469,7 +469,7 @@ CASES: list[tuple[str, Callable[[], InventoryDocument], set[Where]]] = [
         lambda: basic_document(screens=[screen(name="Lobby\x0b")]),
         {("screens", 0, "name")},
     ),
-    # bounds of an audience and of a price per play (issue 21: no budget drain)
+    # bounds of an audience and of a price per play (no single play drains a budget)
     (
         "screen audience above its publisher's default bound of 50,000",
         lambda: basic_document(screens=[screen(audience_per_play=Decimal("50000.0001"))]),

@@ -1,5 +1,5 @@
-"""Exact money (decisions 1): micro-cent integers, half-even commission, net + commission ==
-gross always, and the parsing rules of wire amounts."""
+"""Exact money (docs/contract.md#1-money): micro-cent integers, half-even commission, net +
+commission == gross always, and the parsing rules of wire amounts."""
 
 from __future__ import annotations
 
@@ -191,9 +191,9 @@ def test_an_amount_beyond_any_money_is_refused(cents: str) -> None:
 @pytest.mark.parametrize(
     ("bidfloor", "audience", "cents"),
     [
-        ("2.50", "119.47", 30),  # decisions 1: 29.8675 rounds up to 30
+        ("2.50", "119.47", 30),  # docs/contract.md#1-money: 29.8675 rounds up to 30
         ("2.5", "100", 25),
-        # Past Decimal's 28 digits the product was rounded down to 25: the floor undercut.
+        # Past Decimal's 28 digits its context would round the product down to 25: undercut.
         ("2.5000000000000000000000000001", "100", 26),
         ("2.5" + "0" * 40 + "1", "100", 26),
         # Flushed to 0 by Decimal's context: any positive floor is at least a cent.
@@ -263,7 +263,8 @@ _PLAIN_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?")
 
 @given(micros=st.integers(min_value=-(10**18), max_value=10**18))
 def test_eur_text_is_the_exact_amount_in_plain_notation(micros: int) -> None:
-    """Decisions 1: JSON output is a plain number; a price is EUR = micro-cents / 10^8."""
+    """docs/contract.md#1-money: JSON output is a plain number; a price is EUR = micro-cents /
+    10^8."""
     text = eur_text(micros)
     assert _PLAIN_NUMBER.fullmatch(text), text
     assert Fraction(text) == Fraction(micros, 100 * MICROS_PER_CENT)

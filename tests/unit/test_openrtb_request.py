@@ -1,5 +1,6 @@
-"""BidRequest validation without a server (decisions section 6): the leaf types each rule takes,
-JSON `true` never counting as a number, and bodies that are not UTF-8 being malformed JSON."""
+"""BidRequest validation without a server (docs/contract.md#6-openrtb-path): the leaf types each
+rule takes, JSON `true` never counting as a number, and bodies that are not UTF-8 being malformed
+JSON."""
 
 from __future__ import annotations
 
@@ -80,8 +81,8 @@ def test_each_rule_takes_only_its_type(changes: dict[str, Any], code: str) -> No
 @pytest.mark.parametrize(
     ("changes", "code"),
     [
-        # Decisions section 6 puts only malformed JSON before its codes: a request without
-        # its ids (or with an unreadable `mimes`) meets every rule first.
+        # The contract (docs/contract.md#6-openrtb-path) puts only malformed JSON before its codes:
+        # a request without its ids (or with an unreadable `mimes`) meets every rule first.
         ({"id": None, "imp": [{}, {}]}, "MULTI_IMP_NOT_SUPPORTED"),
         ({"id": None, "imp__0__id": None, "at": 1}, "NOT_FIXED_PRICE"),
         ({"imp__0__id": None, "imp__0__tagid": None}, "NO_EXTERNAL_SCREEN_ID"),
@@ -136,8 +137,9 @@ def test_a_string_that_is_not_utf8_is_malformed_json(raw: bytes) -> None:
 def test_a_container_of_the_wrong_type_counts_against_its_rule(
     changes: dict[str, Any], code: str
 ) -> None:
-    """Decisions section 6 keeps INVALID_REQUEST for malformed JSON: a well-formed body whose
-    `video` is a string has no video object (an external review got INVALID_REQUEST)."""
+    """The contract (docs/contract.md#6-openrtb-path) keeps INVALID_REQUEST for malformed JSON:
+    a well-formed body whose `video` is a string has no video object, which its own rule
+    reports."""
     assert code_of(json.dumps(body(**changes)).encode()) == code
 
 
@@ -184,8 +186,9 @@ _HUGE = "9" * 5000  # well-formed JSON; msgspec refuses an integer past about 1e
     ],
 )
 def test_a_huge_integer_is_judged_by_its_rule_not_called_malformed(path: str, code: str) -> None:
-    """Decisions section 6: only malformed JSON is INVALID_REQUEST; `1e400` in the same place
-    met its rule, a 5,000-digit integer got INVALID_REQUEST ("Integer value out of range")."""
+    """docs/contract.md#6-openrtb-path: only malformed JSON is INVALID_REQUEST; a 5,000-digit
+    integer (which msgspec refuses as "Integer value out of range") meets its rule, as `1e400`
+    does."""
     raw = json.dumps(body(**{path: "@@huge@@"})).replace('"@@huge@@"', _HUGE).encode()
     assert code_of(raw) == code
 
@@ -241,3 +244,28 @@ def test_ids_hold_at_most_256_characters(path: str, code: str) -> None:
 def test_an_id_above_the_limit_is_not_echoed_in_a_no_bid() -> None:
     assert request_id_of(json.dumps(body(id="a" * 256)).encode()) == "a" * 256
     assert request_id_of(json.dumps(body(id="a" * 257)).encode()) == ""
+
+
+@pytest.mark.parametrize(
+    ("at", "shown"),
+    [
+        (1, 1),
+        ("x", "x"),
+        ("x" * 100_000, "x" * 64 + "..."),
+        ({"a": [1, 2]}, '{"a":[1,2]}'),
+        ([0] * 1000, "[" + "0," * 31 + "0..."),
+    ],
+)
+def test_a_refused_auction_type_is_repeated_as_sent_or_cut(at: Any, shown: Any) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_bid_request(json.dumps(body(at=at)).encode())
+    assert caught.value.code == "NOT_FIXED_PRICE"
+    assert caught.value.details == {"at": shown}
+
+
+def test_an_integer_of_thousands_of_digits_is_not_repeated_whole() -> None:
+    raw = json.dumps(body()).replace('"at": 3', '"at": ' + "9" * 5000, 1).encode()
+    with pytest.raises(BadRequest) as caught:
+        parse_bid_request(raw)
+    shown = caught.value.details["at"]
+    assert shown == "9" * 64 + "..."  # text: many JSON readers refuse 5,000 digits

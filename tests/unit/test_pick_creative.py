@@ -1,9 +1,10 @@
 """The creative choice from the snapshot's pre-ranked lists equals the rule it implements.
 
-Contract (screen types and assets) and decisions 3: only kinds the screen type takes, and on a
-static screen only "Static images (JPEG, PNG)", so no GIF even of kind `image`; Core picks
-the screen's exact size first, then the richer kind (video, cinemagraph, image), then the lowest
-id; OpenRTB needs the slot's exact size and an accepted MIME type, and says which step failed.
+docs/contract.md#2-inventory (screen types and assets) and docs/contract.md#3-matching-and-price:
+only kinds the screen type takes, and on a static screen only "Static images (JPEG, PNG)", so no GIF
+even of kind `image`; Core picks the screen's exact size first, then the richer kind (video,
+cinemagraph, image), then the lowest id; OpenRTB needs the slot's exact size and an accepted MIME
+type, and says which step failed.
 """
 
 from __future__ import annotations

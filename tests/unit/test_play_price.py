@@ -1,8 +1,9 @@
 """The integer price of a play (matching's hot path) equals the Decimal reference exactly.
 
-Decisions 1 and 3: price = cpm x audience / 1000, half-even to the micro-cent. The engine
-computes it from the snapshot's integer CPM (micro-cents) and integer audience (1/10,000ths);
-`matching.money.play_price_micros` stays the definition it must agree with.
+docs/contract.md#1-money and docs/contract.md#3-matching-and-price: price = cpm x audience / 1000,
+half-even to the micro-cent. The engine computes it from the snapshot's integer CPM (micro-cents)
+and integer audience (1/10,000ths); `matching.money.play_price_micros` stays the definition it must
+agree with.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ VALID = {
 def test_defaults() -> None:
     settings = load_settings(VALID)
     assert settings.environment == "staging"
-    assert settings.offer_ttl_seconds == 300  # the issue's default
+    assert settings.offer_ttl_seconds == 300  # the README's default
     assert settings.public_base_url == "http://127.0.0.1:8000"
     assert settings.tracking_base_url == "http://127.0.0.1:8000/functions/v1/track"
     assert settings.tracking_path == "/functions/v1/track"
@@ -121,6 +121,10 @@ def test_missing_required_settings_are_named() -> None:
         ("SIGNING_SECRETS", " , "),
         ("REDIS_URL", "http://cache:6379"),
         ("DATABASE_URL", "postgresql://"),
+        ("IDLE_TIMEOUT_SECONDS", "0"),
+        ("IDLE_TIMEOUT_SECONDS", "61"),  # granian's header read timeout is at most 60 s
+        ("MAX_CONNECTIONS_PER_WORKER", "0"),
+        ("MAX_CONNECTIONS_PER_WORKER", "many"),
     ],
 )
 def test_single_bad_values(name: str, value: str) -> None:
@@ -188,8 +192,8 @@ def test_a_url_whose_password_breaks_its_parsing_is_refused_without_echoing_it(
 
 
 def test_an_operator_command_needs_only_what_it_uses() -> None:
-    """`bidder inventory export` against the demo failed on SIGNING_SECRETS, which the demo
-    banner does not print and which no such command uses (a review of the README)."""
+    """`bidder inventory export` against the demo needs no SIGNING_SECRETS, which the demo
+    banner does not print and which no such command uses."""
     database_only = {"DATABASE_URL": VALID["DATABASE_URL"]}
     settings = load_settings(database_only, redis=False, secrets=False)
     assert (settings.redis_url, settings.admin_token, settings.signing_secrets) == ("", "", ())
@@ -208,3 +212,14 @@ def test_a_setting_given_to_a_command_that_does_not_need_it_is_still_checked() -
     with pytest.raises(SettingsError) as caught:
         load_settings({**given, "SIGNING_SECRETS": "tiny"}, redis=False, secrets=False)
     assert len(caught.value.problems) == 3
+
+
+def test_connection_bounds_are_generous_by_default_and_settable() -> None:
+    default = load_settings(VALID)
+    assert default.idle_timeout_seconds == 30  # granian's own header read timeout
+    assert default.max_connections_per_worker >= 1024
+    settings = load_settings(
+        {**VALID, "IDLE_TIMEOUT_SECONDS": "2.5", "MAX_CONNECTIONS_PER_WORKER": "64"}
+    )
+    assert settings.idle_timeout_seconds == 2.5
+    assert settings.max_connections_per_worker == 64

@@ -1,5 +1,6 @@
-"""URL signing (decisions 6: HMAC with a rotatable server secret): the hand-keyed HMAC-SHA256 is
-RFC 2104's, the token unpadded URL-safe base64, and query values quoted as `urllib` does."""
+"""URL signing (docs/contract.md#6-openrtb-path: HMAC with a rotatable server secret): the
+hand-keyed HMAC-SHA256 is RFC 2104's, the token unpadded URL-safe base64, and query values quoted as
+`urllib` does."""
 
 from __future__ import annotations
 

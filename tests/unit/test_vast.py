@@ -1,4 +1,4 @@
-"""The VAST document (contract "VAST 4.0 document", decisions 6a) and its signed tracking URLs."""
+"""The VAST document (docs/contract.md#6a-vast-documents) and its signed tracking URLs."""
 
 from __future__ import annotations
 
@@ -197,7 +197,8 @@ def test_a_non_ascii_token_is_refused_not_an_error(settings: Settings) -> None:
     ("asset_url", "media_file"),
     [
         # `[` and `]` after the host, a `%` that starts no escape, a second `#`: libxml2 refuses
-        # each in an xs:anyURI (reference/README.md); percent-encoded, the resource is the same.
+        # each in an xs:anyURI (tests/standards/README.md); percent-encoded, the resource is the
+        # same.
         ("https://cdn.example/x[1].mp4", "https://cdn.example/x%5B1%5D.mp4"),
         ("https://cdn.example/x%%41.mp4", "https://cdn.example/x%25%41.mp4"),
         ("https://cdn.example/x.mp4?q=50%", "https://cdn.example/x.mp4?q=50%25"),

@@ -1,7 +1,7 @@
 """`match_vast` (the bid's and the Core offer's VAST, from text escaped once per creative) makes
 exactly the document `render_vast` makes of the same offer, field by field, whatever the names,
-URLs, codes and ids hold (decisions 6a: every text and attribute value escaped), and it follows
-a new inventory snapshot."""
+URLs, codes and ids hold (docs/contract.md#6a-vast-documents: every text and attribute value
+escaped), and it follows a new inventory snapshot."""
 
 from __future__ import annotations
 
@@ -218,7 +218,7 @@ def test_a_new_snapshot_changes_the_document() -> None:
 def test_the_kept_text_does_not_outlive_its_snapshot() -> None:
     """Text is kept for the snapshot requests use now: once a reload's snapshot serves, the
     old one, when nothing else holds it, is freed with every campaign in it (text kept by
-    creative across snapshots used to hold their campaigns until the cache filled)."""
+    creative across snapshots would hold their campaigns until the cache filled)."""
     cfg = config()
     kwargs: dict[str, Any] = {"billing_code": None, "expires_in_seconds": 60, "openrtb": True}
 

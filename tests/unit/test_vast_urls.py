@@ -1,5 +1,6 @@
 """The tracking URLs inside a VAST document are exactly the URLs `tracking_urls` returns,
-XML-escaped (decisions 6a: all URLs and text escaped), whatever was built before or since."""
+XML-escaped (docs/contract.md#6a-vast-documents: all URLs and text escaped), whatever was built
+before or since."""
 
 from __future__ import annotations
 

@@ -3,16 +3,14 @@
 Every state change is one Lua script (store/lua/*.lua). Each outcome (answer, loss, tracking,
 expiry, playout) appends its record to the shard's queue stream in the same step, so no crash can
 fall between a change and its record; a reservation appends none, the open offer stays in Redis
-until its outcome's record carries it to Postgres. All keys a script touches carry the same hash
-tag `{bN}`, N being the campaign's shard, so each script stays within one Redis Cluster slot.
-Offer and deal ids carry their shard in their first hex digit.
+until its outcome's record carries it to Postgres. All keys a script touches carry their
+campaign's shard tag (store/hot/keys.py), so each script stays within one Redis Cluster slot.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.resources
-import os
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -21,78 +19,28 @@ from itertools import chain
 from typing import Any, Literal, Protocol
 
 import msgspec
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from matching.engine import Budget
-from matching.inventory import CANONICAL_UUID, InventoryDocument
-from matching.snapshot import SHARDS, ApiKeyInfo, CampaignInfo
+from matching.snapshot import SHARDS, CampaignInfo
+from store.hot.ids import day_of, epoch_ms, hour_of, new_id, shard_of
+from store.hot.inventory_copy import InventoryCopies
+from store.hot.keys import (
+    billing_codes_key,
+    budget_key,
+    day_key,
+    deal_key,
+    expiry_key,
+    freq_key,
+    offer_key,
+    queue_key,
+    tracked_key,
+)
 from store.pipelined import Arg, PipelinedRedis, PipelinedScript
 
-#: What a Redis that cannot be reached or answers too late raises.
-REDIS_DOWN = (RedisError, OSError, TimeoutError)
-QUEUE_GROUP = "writers"
-DAY_TTL_MS = 3 * 86_400_000
 _json = msgspec.json.Encoder()
-
-
-def connect(url: str, timeout: float = 0.25, max_connections: int = 64) -> Redis:
-    """A client whose calls fail fast when Redis is unreachable (`timeout` seconds) and wait for
-    a free connection under load instead of failing."""
-    pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=max(timeout * 4, 1.0),
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-    )
-    return Redis.from_pool(pool)
-
-
-_TAGS = tuple(f"{{b{shard}}}" for shard in range(SHARDS))
-
-
-def tag(shard: int) -> str:
-    return _TAGS[shard] if 0 <= shard < SHARDS else f"{{b{shard}}}"
-
-
-def budget_key(shard: int) -> str:
-    return f"{tag(shard)}:budget"
-
-
-def day_key(shard: int, day: str) -> str:
-    return f"{tag(shard)}:day:{day}"
-
-
-def freq_key(shard: int, hour: str) -> str:
-    return f"{tag(shard)}:freq:{hour}"
-
-
-def offer_key(shard: int, offer_id: str) -> str:
-    return f"{tag(shard)}:o:{offer_id}"
-
-
-def tracked_key(shard: int, offer_id: str) -> str:
-    """The set of tracking events already recorded for an offer (track.lua)."""
-    return f"{tag(shard)}:ev:{offer_id}"
-
-
-def deal_key(shard: int, deal_id: str) -> str:
-    return f"{tag(shard)}:d:{deal_id}"
-
-
-def expiry_key(shard: int) -> str:
-    return f"{tag(shard)}:exp"
-
-
-def queue_key(shard: int) -> str:
-    return f"{tag(shard)}:q"
-
-
-def billing_codes_key(shard: int) -> str:
-    return f"{tag(shard)}:bc"
 
 
 def _offer_keys(shard: int, offer_id: str, now: datetime, today: str, yesterday: str) -> list[str]:
@@ -106,84 +54,8 @@ def _offer_keys(shard: int, offer_id: str, now: datetime, today: str, yesterday:
         day_key(shard, yesterday),
         queue_key(shard),
         expiry_key(shard),
-        freq_key(shard, _hour_of(now.astimezone(UTC))),
+        freq_key(shard, hour_of(now.astimezone(UTC))),
     ]
-
-
-def queue_keys() -> list[str]:
-    return [queue_key(s) for s in range(SHARDS)]
-
-
-# The digit after the version nibble: RFC 4122 variant bits (10xx) over two random bits.
-_VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
-
-
-class _RandomHex:
-    """Random hex digits from the OS, fetched 4 KiB at a time: one getrandom() call per 256 ids
-    instead of one per id (a system call was a fifth of an id's cost). Refilled after a fork,
-    so worker processes never share digits."""
-
-    _BATCH = 4096
-
-    def __init__(self) -> None:
-        self._digits = ""
-        self._next = 0
-        os.register_at_fork(after_in_child=self.discard)
-
-    def discard(self) -> None:
-        self._digits, self._next = "", 0
-
-    def take32(self) -> str:
-        start = self._next
-        if start + 32 > len(self._digits):
-            self._digits, start = os.urandom(self._BATCH).hex(), 0
-        self._next = start + 32
-        return self._digits[start : start + 32]
-
-
-_random_hex = _RandomHex()
-
-
-def _uuid4_text(first: str) -> str:
-    """A random version-4 UUID in canonical text, formatted straight from 16 random bytes (no
-    UUID object to parse and print), its first hex digits replaced by `first`."""
-    digits = _random_hex.take32()
-    return (
-        f"{first}{digits[len(first) : 8]}-{digits[8:12]}-4{digits[13:16]}-"
-        f"{_VARIANT_DIGIT[digits[16]]}{digits[17:20]}-{digits[20:]}"
-    )
-
-
-def random_uuid() -> str:
-    """What `str(uuid.uuid4())` returns, at half the cost."""
-    return _uuid4_text("")
-
-
-def new_id(shard: int) -> str:
-    """A random UUID whose first hex digit is the shard, so the id alone finds its keys."""
-    return _uuid4_text(f"{shard:x}")
-
-
-def shard_of(an_id: str) -> int | None:
-    """The shard an offer or deal id was made in; None for anything that is not such an id
-    (only the canonical 8-4-4-4-12 form, in either case, counts as an id)."""
-    if CANONICAL_UUID.fullmatch(an_id) is None:
-        return None
-    shard = int(an_id[0], 16)
-    return shard if shard < SHARDS else None
-
-
-def day_of(moment: datetime) -> str:
-    utc = moment.astimezone(UTC)
-    return f"{utc.year:04d}{utc.month:02d}{utc.day:02d}"
-
-
-def _hour_of(utc: datetime) -> str:
-    return f"{utc.year:04d}{utc.month:02d}{utc.day:02d}{utc.hour:02d}"
-
-
-def epoch_ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
 
 
 def _day_pair(now: datetime) -> tuple[str, str]:
@@ -246,43 +118,6 @@ def _late() -> RedisTimeoutError:
     return RedisTimeoutError("Redis ran the script after its deadline: nothing was changed")
 
 
-#: The hash holding the inventory a worker last loaded: `stamp`, `mac` and `copy`.
-INVENTORY_COPY_KEY = "inventory:copy"
-#: The layout of `InventoryCopy` and what it holds. A release that changes either bumps it: its
-#: workers then write the copy again, and never read one of another layout.
-INVENTORY_COPY_FORMAT = 2
-#: How long a worker's claim to write the copy of one stamp keeps the others from writing it.
-COPY_CLAIM_MS = 30_000
-
-
-class InventoryCopy(msgspec.Struct, array_like=True):
-    """What a snapshot is built of: the inventory document, the usable API keys (by hash; the
-    plain keys are never stored) and the inventory version they were read at."""
-
-    version: int
-    document: InventoryDocument
-    keys: list[tuple[bytes, ApiKeyInfo]]
-
-
-_copy_decoder = msgspec.msgpack.Decoder(InventoryCopy)
-
-
-def copy_stamp(version: int, signed_by: str) -> str:
-    """What a copy says it is: the layout, the inventory version and which secret signed it
-    (`1:42:Kx3...`), so a rotation of the signing secret has the copy written again too."""
-    return f"{INVENTORY_COPY_FORMAT}:{version}:{signed_by}"
-
-
-def encode_inventory_copy(
-    version: int, document: InventoryDocument, keys: Mapping[bytes, ApiKeyInfo]
-) -> bytes:
-    return msgspec.msgpack.encode(InventoryCopy(version, document, list(keys.items())))
-
-
-def decode_inventory_copy(copy: bytes) -> InventoryCopy:
-    return _copy_decoder.decode(copy)
-
-
 class _Script(Protocol):
     async def __call__(self, keys: list[str], args: list[Arg]) -> Any: ...
 
@@ -297,8 +132,9 @@ class _ClientScript:
         return await self._script(keys=keys, args=args)
 
 
-class HotState:
-    """Typed calls onto the Lua scripts; one Redis round trip each.
+class HotState(InventoryCopies):
+    """Typed calls onto the Lua scripts; one Redis round trip each. The inventory copy's
+    storage (`InventoryCopies`) comes with it, over the same redis-py client.
 
     With `fast` (a PipelinedRedis) the scripts run auto-pipelined on it, the hot path's way;
     everything else (reads, syncs) goes through the redis-py client.
@@ -306,8 +142,8 @@ class HotState:
     Every script a request waits on (the reservation, the answer to an offer, a loss notice, a
     tracking pixel, a playout confirmation) carries a deadline (with `fast` only): a script
     that Redis runs after it changes nothing and answers "late", raised here as a Redis
-    timeout, so the caller's "unavailable, retry" is true (an answer script run after a Redis
-    stall used to settle the deal that the 503 said had not happened). `fast` fails every call
+    timeout, so the caller's "unavailable, retry" is true (without it, an answer script run after
+    a Redis stall would settle the deal that the 503 says has not happened). `fast` fails every call
     in flight once its oldest is `timeout` old, so the deadline is that oldest call's send
     time plus the timeout, less a margin for the reply's way back (`_REPLY_MARGIN_S`), on
     Redis' clock (`fast.clock`, measured at each connect and refreshed by the runtime, so the
@@ -324,7 +160,7 @@ class HotState:
         retention_ms: int = 25 * 3_600_000,
         deal_ttl_ms: int = 30 * 86_400_000,
     ) -> None:
-        self.redis = redis
+        super().__init__(redis)
         self._fast = fast
         self.retention_ms = retention_ms
         self.deal_ttl_ms = deal_ttl_ms
@@ -373,7 +209,7 @@ class HotState:
         shard = campaign.shard
         offer_id = new_id(shard)
         utc = now.astimezone(UTC)
-        hour = _hour_of(utc)
+        hour = hour_of(utc)
         day = hour[:8]
         now_ms = epoch_ms(now)
         expires_ms = epoch_ms(expires_at)
@@ -618,8 +454,8 @@ class HotState:
         the billing codes into every shard, where the scripts read them.
 
         `version` is the inventory version the totals were read at. A total that a top-up of a
-        newer version wrote is left alone: the read predates it (a sync used to write the old
-        total back, until the next reload). `force` writes every total. Returns how many
+        newer version wrote is left alone: the read predates it, and writing it would put the old
+        total back until the next reload. `force` writes every total. Returns how many
         totals were left."""
         by_shard: dict[int, list[Arg]] = {}
         for campaign_id, (shard, total) in totals.items():
@@ -639,37 +475,6 @@ class HotState:
                     pipe.delete(billing_codes_key(shard))
             await pipe.execute()
         return kept
-
-    async def stored_copy_stamp(self) -> str | None:
-        """The stamp of the inventory copy in Redis (`copy_stamp`); None when there is none."""
-        stamp = await self.redis.hget(INVENTORY_COPY_KEY, "stamp")
-        return None if stamp is None else _text(stamp)
-
-    async def claim_copy_write(self, stamp: str) -> bool:
-        """Whether this caller is the one to write the copy of `stamp` (for `COPY_CLAIM_MS`):
-        every worker sees a new version within a poll, one writes its megabytes."""
-        claimed = await self.redis.set(
-            f"{INVENTORY_COPY_KEY}:claim:{stamp}", 1, nx=True, px=COPY_CLAIM_MS
-        )
-        return bool(claimed)
-
-    async def release_copy_claim(self, stamp: str) -> None:
-        """End `claim_copy_write`'s claim: the copy of `stamp` is written (or failed), so a
-        later check that finds it wrong (lost, overwritten) may write it again at once."""
-        await self.redis.delete(f"{INVENTORY_COPY_KEY}:claim:{stamp}")
-
-    async def save_inventory_copy(self, stamp: str, mac: str, copy: bytes) -> None:
-        """Keep `copy` (an `encode_inventory_copy`), its stamp and its signature, in one write."""
-        await self.redis.hset(
-            INVENTORY_COPY_KEY, mapping={"stamp": stamp, "mac": mac, "copy": copy}
-        )
-
-    async def load_inventory_copy(self) -> tuple[str, str, bytes] | None:
-        """(stamp, signature, copy) as `save_inventory_copy` kept them; None without a copy."""
-        stamp, mac, copy = await self.redis.hmget(INVENTORY_COPY_KEY, ["stamp", "mac", "copy"])
-        if stamp is None or mac is None or not isinstance(copy, bytes):
-            return None
-        return _text(stamp), _text(mac), copy
 
     async def set_budget_total(
         self, campaign_id: str, shard: int, total_micros: int, version: int

@@ -1,0 +1,76 @@
+"""The hot state in Redis: its key names (`keys`), the ids and clock texts it hands out (`ids`),
+the client (`client`), the signed inventory copy (`inventory_copy`) and the Lua scripts' typed
+calls (`state`)."""
+
+from store.hot.client import connect
+from store.hot.ids import day_of, epoch_ms, hour_of, new_id, random_uuid, shard_of
+from store.hot.inventory_copy import (
+    COPY_CLAIM_MS,
+    INVENTORY_COPY_FORMAT,
+    INVENTORY_COPY_KEY,
+    InventoryCopies,
+    InventoryCopy,
+    copy_stamp,
+    decode_inventory_copy,
+    encode_inventory_copy,
+)
+from store.hot.keys import (
+    QUEUE_GROUP,
+    billing_codes_key,
+    budget_key,
+    day_key,
+    deal_key,
+    expiry_key,
+    freq_key,
+    offer_key,
+    queue_key,
+    queue_keys,
+    tag,
+    tracked_key,
+)
+from store.hot.state import (
+    Answered,
+    HotState,
+    NotAnswered,
+    PlayoutResult,
+    Refused,
+    Reserved,
+    Tracked,
+)
+
+__all__ = [
+    "COPY_CLAIM_MS",
+    "INVENTORY_COPY_FORMAT",
+    "INVENTORY_COPY_KEY",
+    "QUEUE_GROUP",
+    "Answered",
+    "HotState",
+    "InventoryCopies",
+    "InventoryCopy",
+    "NotAnswered",
+    "PlayoutResult",
+    "Refused",
+    "Reserved",
+    "Tracked",
+    "billing_codes_key",
+    "budget_key",
+    "connect",
+    "copy_stamp",
+    "day_key",
+    "day_of",
+    "deal_key",
+    "decode_inventory_copy",
+    "encode_inventory_copy",
+    "epoch_ms",
+    "expiry_key",
+    "freq_key",
+    "hour_of",
+    "new_id",
+    "offer_key",
+    "queue_key",
+    "queue_keys",
+    "random_uuid",
+    "shard_of",
+    "tag",
+    "tracked_key",
+]
