@@ -124,7 +124,7 @@ async def measure(
     system: dict[str, float] = {}
     profiles: dict[str, str] = {}
     async with app.lifespan():
-        await app.state.runtime.reload_inventory()
+        await app.state.runtime.inventory.reload()
         for name, send in senders:
             if name == "accept":
                 await make_offers(count + 200)

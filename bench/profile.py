@@ -36,7 +36,7 @@ async def profile(seeded: server.Seeded, doc_targets: list[workload.Target], cou
     async with app.lifespan():
         transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
         async with httpx.AsyncClient(transport=transport, base_url="http://bench.local") as client:
-            await app.state.runtime.reload_inventory()
+            await app.state.runtime.inventory.reload()
             senders: list[tuple[str, Callable[[], Awaitable[httpx.Response]]]] = [
                 ("healthz", lambda: client.get("/healthz")),
                 ("offer_request", lambda: _offer(client, rng.choice(doc_targets))),

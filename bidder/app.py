@@ -75,7 +75,7 @@ def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litestar:
     """The whole service for one environment. `runtime` lets tests share a prepared one."""
-    configure_logging(settings.log_level)
+    configure_logging(settings.server.log_level)
     rt = runtime or Runtime(settings)
     metrics = rt.metrics
 

@@ -139,7 +139,7 @@ def warn_public_port(settings: Settings, port: int) -> None:
     the signed loss-notice URLs and the tracking URLs the service hands out are built on it,
     so they would reach another program (or nothing). A URL without a port on a host other
     than this one's loopback is taken to be a proxy's on 80 or 443, and is not warned about."""
-    public = urlsplit(settings.public_base_url)
+    public = urlsplit(settings.server.public_base_url)
     try:
         named = public.port
     except ValueError:  # not a port number: the URLs are broken anyway, and say so themselves
@@ -152,11 +152,15 @@ def warn_public_port(settings: Settings, port: int) -> None:
         log.warning(
             "PUBLIC_BASE_URL %s names port %d but the service listens on port %d: signed "
             "loss-notice and tracking URLs point elsewhere (unless a proxy forwards port %d)",
-            settings.public_base_url,
+            settings.server.public_base_url,
             named,
             port,
             named,
-            extra={"public_base_url": settings.public_base_url, "public_port": named, "port": port},
+            extra={
+                "public_base_url": settings.server.public_base_url,
+                "public_port": named,
+                "port": port,
+            },
         )
 
 
@@ -171,9 +175,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             args.host,
             args.port,
             workers,
-            log_level=settings.log_level,
-            idle_timeout_seconds=settings.idle_timeout_seconds,
-            max_connections=settings.max_connections_per_worker,
+            log_level=settings.server.log_level,
+            idle_timeout_seconds=settings.limits.idle_timeout_seconds,
+            max_connections=settings.limits.max_connections_per_worker,
         )
     finally:
         if shared is not None:

@@ -61,7 +61,7 @@ def _run(view: View) -> int:
     settings = command_settings()
 
     async def work(conn: Conn) -> Any:
-        redis = connect(settings.redis_url, timeout=5.0, max_connections=2)
+        redis = connect(settings.redis.url, timeout=5.0, max_connections=2)
         try:
             return await view(conn, HotState(redis))
         except ServiceError as exc:

@@ -28,7 +28,7 @@ def command_settings(*, redis: bool = True, secrets: bool = False) -> Settings:
     `redis`: the command uses Redis (REDIS_URL required); `secrets`: it serves (ADMIN_TOKEN and
     SIGNING_SECRETS required)."""
     settings = load_settings(redis=redis, secrets=secrets)
-    configure_logging(settings.log_level)
+    configure_logging(settings.server.log_level)
     return settings
 
 
@@ -53,7 +53,7 @@ async def with_connection(settings: Settings, work: Callable[[Conn], Awaitable[T
     """Run `work` on a connection set up like the service's (jsonb as Python objects);
     Postgres problems become CommandFailed."""
     try:
-        pool = await create_pool(settings.database_url, min_size=1, max_size=1)
+        pool = await create_pool(settings.postgres.url, min_size=1, max_size=1)
     except CONNECT_ERRORS as exc:
         said = describe_connect_error(exc)
         raise CommandFailed(f"cannot reach Postgres at DATABASE_URL: {said}") from None

@@ -86,8 +86,8 @@ def run_writer_command(args: argparse.Namespace) -> int:
     settings = _settings()
     if settings is None:
         return 2
-    configure_logging(settings.log_level)
-    batch = settings.record_batch_size if args.batch_size is None else args.batch_size
+    configure_logging(settings.server.log_level)
+    batch = settings.records.batch_size if args.batch_size is None else args.batch_size
     if batch <= 0:
         print("bidder: --batch-size must be greater than 0", file=sys.stderr)
         return 2
@@ -106,12 +106,12 @@ async def _writer_main(settings: Settings, batch_size: int, metrics_port: int | 
     metrics = Metrics()
     if metrics_port:
         start_http_server(metrics_port, registry=metrics.registry)
-    redis = connect(settings.redis_url, timeout=2.0, max_connections=4)
+    redis = connect(settings.redis.url, timeout=2.0, max_connections=4)
     pool: list[asyncpg.Pool] = []
 
     async def get_pool() -> asyncpg.Pool:
         if not pool:
-            pool.append(await create_pool(settings.database_url, max_size=2))
+            pool.append(await create_pool(settings.postgres.url, max_size=2))
         return pool[0]
 
     writer = RecordWriter(
@@ -135,14 +135,14 @@ def run_reconcile_command(args: argparse.Namespace) -> int:
     settings = _settings()
     if settings is None:
         return 2
-    configure_logging(settings.log_level)
+    configure_logging(settings.server.log_level)
     return asyncio.run(_reconcile_main(settings, repair=args.repair, as_json=args.json))
 
 
 async def _reconcile_main(settings: Settings, *, repair: bool, as_json: bool) -> int:
-    redis = connect(settings.redis_url, timeout=5.0, max_connections=4)
+    redis = connect(settings.redis.url, timeout=5.0, max_connections=4)
     try:
-        conn = await asyncpg.connect(settings.database_url, timeout=5)
+        conn = await asyncpg.connect(settings.postgres.url, timeout=5)
     except CONNECT_ERRORS as exc:
         await redis.aclose()
         print(

@@ -18,7 +18,7 @@ def deprecation_headers(settings: Settings) -> dict[str, str]:
     """`Deprecation: true` and a `Link` to the migration guide, on every OpenRTB response."""
     return {
         "Deprecation": "true",
-        "Link": f'<{settings.migration_guide_url}>; rel="deprecation"',
+        "Link": f'<{settings.server.migration_guide_url}>; rel="deprecation"',
     }
 
 
@@ -27,8 +27,8 @@ def deprecation_notice(settings: Settings) -> dict[str, Any]:
     return {
         "deprecated": True,
         "deprecation_message": DEPRECATION_MESSAGE,
-        "documentation": settings.documentation_url,
-        "migration_guide": settings.migration_guide_url,
+        "documentation": settings.server.documentation_url,
+        "migration_guide": settings.server.migration_guide_url,
     }
 
 

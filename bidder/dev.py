@@ -135,7 +135,7 @@ def _dev_environment(state: dict[str, Any], port: int) -> None:
 async def _prepare(settings: Settings, state: dict[str, Any], *, reset_demo: bool) -> str:
     """Migrate, load the demo inventory, and return a working demo API key (the one of the
     previous run while it is still valid)."""
-    pool = await create_pool(settings.database_url, min_size=1, max_size=1)
+    pool = await create_pool(settings.postgres.url, min_size=1, max_size=1)
     try:
         async with pool.acquire() as conn:
             return await prepare_on(conn, settings, state, reset_demo=reset_demo)
@@ -154,7 +154,7 @@ async def prepare_on(
     if reset_demo or not present:
         await import_document(conn, demo_document())
     previous = state.get("api_key")
-    if isinstance(previous, str) and previous.startswith(settings.key_prefix):
+    if isinstance(previous, str) and previous.startswith(settings.server.key_prefix):
         alive = await conn.fetchval(
             """SELECT count(*) FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL
                AND (expires_at IS NULL OR expires_at > now())""",
@@ -162,9 +162,14 @@ async def prepare_on(
         )
         if alive:
             return previous
-    api_key, key_hash = new_api_key(settings.key_prefix)
+    api_key, key_hash = new_api_key(settings.server.key_prefix)
     await create_api_key(
-        conn, EXAMPLE_PUBLISHER, key_hash, settings.key_prefix, settings.environment, None
+        conn,
+        EXAMPLE_PUBLISHER,
+        key_hash,
+        settings.server.key_prefix,
+        settings.server.environment,
+        None,
     )
     return api_key
 
@@ -223,20 +228,20 @@ def examples(base: str, api_key: str, admin_token: str) -> str:
 def _print_start(base: str, api_key: str, settings: Settings, local: LocalServers | None) -> None:
     print(f"\nbidder dev: serving {base} (Ctrl-C stops everything)")
     print(f"demo API key (publisher Metro Transit Media): {api_key}")
-    print(f"admin token: {settings.admin_token}")
+    print(f"admin token: {settings.secrets.admin_token}")
     if local is not None:  # what the `bidder` commands need to reach the servers dev started
         assert local.redis is not None
         assert local.postgres is not None
         started = [
             f"{name}={url}"
             for name, url, local_url in (
-                ("REDIS_URL", settings.redis_url, local.redis.url),
-                ("DATABASE_URL", settings.database_url, local.postgres.url),
+                ("REDIS_URL", settings.redis.url, local.redis.url),
+                ("DATABASE_URL", settings.postgres.url, local.postgres.url),
             )
             if url == local_url  # never an operator's own URL, which may hold a password
         ]
         print("  ".join(started))
-    print(examples(base, api_key, settings.admin_token), flush=True)
+    print(examples(base, api_key, settings.secrets.admin_token), flush=True)
 
 
 def run_dev(port: int, *, reset_demo: bool = False) -> int:
@@ -262,7 +267,7 @@ def run_dev(port: int, *, reset_demo: bool = False) -> int:
             os.environ.setdefault("DATABASE_URL", local.postgres.url)
         _dev_environment(state, port)
         settings = load_settings()
-        configure_logging(settings.log_level)  # the service's JSON lines, for the watch's
+        configure_logging(settings.server.log_level)  # the service's JSON lines, for the watch's
         if local is not None:
             watch = ServerWatch(local)
             watch.start()
@@ -280,9 +285,9 @@ def run_dev(port: int, *, reset_demo: bool = False) -> int:
             "127.0.0.1",
             port,
             1,
-            log_level=settings.log_level,
-            idle_timeout_seconds=settings.idle_timeout_seconds,
-            max_connections=settings.max_connections_per_worker,
+            log_level=settings.server.log_level,
+            idle_timeout_seconds=settings.limits.idle_timeout_seconds,
+            max_connections=settings.limits.max_connections_per_worker,
         )
     finally:
         if watch is not None:

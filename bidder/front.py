@@ -94,7 +94,7 @@ class Front:
         self.inner, self.rt, self.observer = inner, rt, observer
         self.options_allow = options_allow or {}
         self.deprecation_headers = tuple(encode_headers(deprecation_headers(rt.settings)))
-        self.body_timeout = rt.settings.body_timeout_seconds
+        self.body_timeout = rt.settings.limits.body_timeout_seconds
         bid = _Route("POST", f"{OPENRTB_PREFIX}/bid", handle_bid)
         # Litestar normalises the alias `.../openrtb-2-6/` to the prefix without the slash.
         alias = _Route("POST", OPENRTB_PREFIX, handle_bid)

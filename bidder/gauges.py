@@ -34,28 +34,28 @@ RECONCILE_LOCK_KEY = "ops:reconcile:lock"
 async def watch(rt: Runtime) -> None:
     """Set the gauges now, then every `WATCH_SECONDS` until the runtime stops."""
     m = rt.metrics
-    rotated = rt.settings.signing_secrets_rotated_at
+    rotated = rt.settings.secrets.signing_secrets_rotated_at
     m.secret_rotated.set(rotated.timestamp() if rotated is not None else 0)
     confirmed_at = time.monotonic()  # the age counts from the start until a first load
     while True:
         now = time.monotonic()
         # The last reload loaded the snapshot from Postgres or found it current there.
-        fresh = rt.snapshot is not None and rt.inventory_source == "postgres"
-        if fresh and rt.last_postgres_error is None:
+        fresh = rt.inventory.snapshot is not None and rt.inventory.source == "postgres"
+        if fresh and rt.postgres.last_error is None:
             confirmed_at = now
         m.inventory_age.set(round(now - confirmed_at, 3))
-        exhausted = sum(1 for b in rt.budgets.values() if b.reserved + b.spent >= b.total)
-        m.campaigns_known.set(len(rt.budgets))
+        exhausted = sum(1 for b in rt.budgets.figures.values() if b.reserved + b.spent >= b.total)
+        m.campaigns_known.set(len(rt.budgets.figures))
         m.campaigns_exhausted.set(exhausted)
         await _check_redis(rt)
-        m.dependency_up.labels("postgres").set(1 if await rt.postgres_state() == "ok" else 0)
+        m.dependency_up.labels("postgres").set(1 if await rt.postgres.state() == "ok" else 0)
         try:  # bounded: a frozen Postgres must not hold this loop (or a pool connection)
             await asyncio.wait_for(_budget_check(rt), _BUDGET_CHECK_TIMEOUT)
         except OUTAGE:
             pass  # dependency_up says so
         except Exception:
             log.exception("budget check failed")
-        if not await rt.sleep(WATCH_SECONDS):
+        if not await rt.loops.sleep(WATCH_SECONDS):
             return
 
 
@@ -79,10 +79,10 @@ async def _check_redis(rt: Runtime) -> None:
 async def _budget_check(rt: Runtime) -> None:
     """Run the fleet's budget check when its interval is up and no other process holds it;
     then export the last result, whoever made it."""
-    interval = rt.settings.reconcile_check_seconds
+    interval = rt.settings.intervals.reconcile_check_seconds
     if await rt.redis.set(RECONCILE_LOCK_KEY, "1", nx=True, ex=max(1, round(interval))):
         try:
-            pool = await rt.connect_postgres()
+            pool = await rt.postgres.connect()
             async with pool.acquire() as conn:
                 report = await check_balances(rt.redis, conn)
         except Exception:

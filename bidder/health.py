@@ -55,12 +55,12 @@ async def _readiness(request: Request[Any, Any, Any]) -> tuple[dict[str, Any], b
         body["redis"] = f"unreachable: {type(exc).__name__}"
         body["queue"] = {"depth": None, "lag_seconds": None}
     # The shared probe, never a query of its own: a frozen Postgres must not hold the answer.
-    body["postgres"] = await rt.postgres_state(_CHECK_TIMEOUT)
-    snapshot = rt.snapshot
+    body["postgres"] = await rt.postgres.state(_CHECK_TIMEOUT)
+    snapshot = rt.inventory.snapshot
     body["inventory"] = (
         {
             "status": "ok",
-            "source": rt.inventory_source,
+            "source": rt.inventory.source,
             "version": snapshot.version,
             "screens": len(snapshot.screens),
             "campaigns": len(snapshot.campaigns),

@@ -51,7 +51,7 @@ async def make_offer(
             snapshot,
             screen,
             now,
-            rt.budgets,
+            rt.budgets.figures,
             audience=audience,
             min_price_micros=min_price_micros,
             slot=slot,
@@ -71,10 +71,10 @@ async def make_offer(
         if not isinstance(result, Refused):
             # The next request's tie-break ("the larger share of its budget left") sees this
             # reservation at once, not after the next refresh (up to a second later).
-            rt.note_budget(outcome.campaign.id, result.budget)
+            rt.budgets.note(outcome.campaign.id, result.budget)
             return MadeOffer(result.offer_id, outcome, expires_at)
         # A refusal says "does not fit now", which stays true until the next refresh.
-        rt.note_budget(outcome.campaign.id, result.budget)
+        rt.budgets.note(outcome.campaign.id, result.budget)
         excluded.add(outcome.campaign.id)
     # Several campaigns ran dry between two budget refreshes: answer as if none were eligible.
     return NoMatch("no_eligible")

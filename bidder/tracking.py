@@ -32,8 +32,8 @@ _PIXEL_HEADERS = {"Cache-Control": "no-store, max-age=0"}
 
 
 def routes(settings: Settings) -> list[Any]:
-    """The endpoint, served at the path of `settings.tracking_base_url`."""
-    path = settings.tracking_path
+    """The endpoint, served at the path of `settings.server.tracking_base_url`."""
+    path = settings.server.tracking_path
 
     @get(path, include_in_schema=False)
     async def track(request: Request[Any, Any, Any]) -> Response[bytes]:
@@ -57,7 +57,7 @@ async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[b
     deprecated = deprecation_headers(rt.settings) if macros else {}
     if (
         params is None
-        or not verify(rt.settings.signing_secrets, path, params, TRACKING_SIGNED)
+        or not verify(rt.settings.secrets.signing_secrets, path, params, TRACKING_SIGNED)
         or not params["ts"].isdigit()
     ):
         raise Forbidden("Invalid tracking URL signature", code="INVALID_SIGNATURE", openrtb=macros)
@@ -101,8 +101,9 @@ async def _billing(rt: Runtime, offer_id: str) -> dict[str, Any]:
     if offer is None or offer.get("channel") != "openrtb" or offer.get("status") != "open":
         return {}
     gross = int(offer["price"])
-    publisher = rt.snapshot.publishers.get(offer["publisher"]) if rt.snapshot else None
-    rate = publisher.commission_rate if publisher else rt.settings.default_commission_rate
+    snapshot = rt.inventory.snapshot
+    publisher = snapshot.publishers.get(offer["publisher"]) if snapshot else None
+    rate = publisher.commission_rate if publisher else rt.settings.offers.default_commission_rate
     net, commission = split_gross(gross, rate)
     return {
         "billing_id": str(uuid.uuid4()),

@@ -81,10 +81,10 @@ class _Signing:
     __slots__ = ("base", "base_text", "path", "signer")
 
     def __init__(self, settings: Settings) -> None:
-        self.base = settings.tracking_base_url
+        self.base = settings.server.tracking_base_url
         self.base_text = _text(self.base)
-        self.path = settings.tracking_path
-        self.signer = signer(settings.signing_secret)
+        self.path = settings.server.tracking_path
+        self.signer = signer(settings.secrets.signing_secret)
 
 
 _signing = PerSettings(_Signing)

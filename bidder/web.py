@@ -54,7 +54,7 @@ def runtime_of(request: Request[Any, Any, Any]) -> Runtime:
 def call_of(request: Request[Any, Any, Any]) -> HttpCall:
     """The bare view of a Litestar request that the hot routes' functions take."""
     return HttpCall(
-        request.scope, request.receive, runtime_of(request).settings.body_timeout_seconds
+        request.scope, request.receive, runtime_of(request).settings.limits.body_timeout_seconds
     )
 
 
@@ -72,9 +72,9 @@ def postgres_unavailable() -> Unavailable:
 async def answering_pool(rt: Runtime) -> asyncpg.Pool:
     """This worker's pool once Postgres answers the liveness probe; 503 at once when it does
     not, rather than a request held by a server that accepts connections and never answers."""
-    if await rt.postgres_state() != "ok":
+    if await rt.postgres.state() != "ok":
         raise postgres_unavailable()
-    return await rt.connect_postgres()
+    return await rt.postgres.connect()
 
 
 @asynccontextmanager

@@ -537,6 +537,12 @@ class RecordWriter:
                 await asyncio.sleep(_BACKOFF_CAP_S)
 
 
+class WriterPostgres(Protocol):
+    """What `run_writer` needs of bidder.runtime.PostgresHandle."""
+
+    async def connect(self) -> asyncpg.Pool: ...
+
+
 class WriterRuntime(Protocol):
     """What `run_writer` needs of bidder.runtime.Runtime."""
 
@@ -546,7 +552,8 @@ class WriterRuntime(Protocol):
     @property
     def metrics(self) -> Any: ...
 
-    async def connect_postgres(self) -> asyncpg.Pool: ...
+    @property
+    def postgres(self) -> WriterPostgres: ...
 
 
 async def run_writer(runtime: WriterRuntime) -> None:
@@ -554,11 +561,11 @@ async def run_writer(runtime: WriterRuntime) -> None:
     client of its own: a blocking read must not hold one of the hot path's connections, and
     needs a longer socket timeout than the hot path's fail-fast one."""
     settings = runtime.settings
-    redis = connect(settings.redis_url, timeout=2.0, max_connections=4)
+    redis = connect(settings.redis.url, timeout=2.0, max_connections=4)
     writer = RecordWriter(
         redis,
-        runtime.connect_postgres,
-        batch_size=settings.record_batch_size,
+        runtime.postgres.connect,
+        batch_size=settings.records.batch_size,
         metrics=runtime.metrics,
     )
     log.info("record writer started", extra={"consumer": writer.consumer})

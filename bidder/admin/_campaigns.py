@@ -22,7 +22,7 @@ from litestar.params import FromPath
 
 from bidder.admin._common import audit, decode, json_response, path_uuid
 from bidder.errors import BadRequest, NotFound, ServiceError
-from bidder.runtime import Runtime, utcnow
+from bidder.runtime import Budgets, utcnow
 from bidder.web import postgres, runtime_of
 from matching.engine import Budget
 from matching.inventory import MAX_AMOUNT_CENTS, Campaign
@@ -76,14 +76,14 @@ async def with_budget(
     campaign: Campaign,
     *,
     redis_optional: bool = False,
-    view: Runtime | None = None,
+    view: Budgets | None = None,
 ) -> CampaignView:
     """What the admin API shows of a campaign: its fields and its live `budget`.
     `redis_optional`: when Redis cannot be read, `budget` is null instead of the error (the
-    answer to a top-up that committed must say it did). `view`: the worker whose budget view
+    answer to a top-up that committed must say it did). `view`: the worker's budget view, which
     takes the figures read, so its matching sees a top-up at once."""
     fields = msgspec.structs.asdict(campaign)
-    mark = view.budget_mark() if view is not None else 0
+    mark = view.mark() if view is not None else 0
     try:
         budgets = await hot.read_budgets(utcnow(), (campaign_shard(campaign.id),))
     except REDIS_DOWN:
@@ -91,7 +91,7 @@ async def with_budget(
             raise
         return CampaignView(**fields, budget=None)
     if view is not None:
-        view.fold_budgets(budgets, mark)  # the campaign's shard, read now
+        view.fold(budgets, mark)  # the campaign's shard, read now
     return CampaignView(**fields, budget=budget_view(campaign, budgets.get(campaign.id)))
 
 
@@ -221,7 +221,7 @@ async def top_up(request: Request[Any, Any, Any], campaign_id: FromPath[str]) ->
     async with postgres(request) as conn:
         done = await apply_top_up(conn, rt.hot, campaign_id, add, key)
     # This worker's matching sees the new total now, not at its next budget refresh.
-    shown = await with_budget(rt.hot, done.campaign, redis_optional=True, view=rt)
+    shown = await with_budget(rt.hot, done.campaign, redis_optional=True, view=rt.budgets)
     response = json_response(shown)
     if done.replayed:
         response.headers["Idempotent-Replayed"] = "true"

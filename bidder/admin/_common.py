@@ -31,7 +31,7 @@ audit = logging.getLogger("bidder.audit")
 def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """Guard of every admin route: `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant
     time. Publisher keys never pass."""
-    expected = connection.app.state.runtime.settings.admin_token
+    expected = connection.app.state.runtime.settings.secrets.admin_token
     if not admin_token_ok(connection.headers.get("authorization"), expected):
         raise Unauthorized(
             "Missing or invalid admin token",

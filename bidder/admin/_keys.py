@@ -65,11 +65,16 @@ async def issue_key(
     """Make a key of this environment for `publisher_id`; only its hash is stored.
     UnknownPublisher when there is no such publisher. Shared by the admin API and the CLI, and
     so is the audit line (never the key itself: its id and owner are the trail)."""
-    api_key, key_hash = new_api_key(settings.key_prefix)
+    api_key, key_hash = new_api_key(settings.server.key_prefix)
     expires_at = stored_expiry(expires_at)
     try:
         key_id = await create_api_key(
-            conn, publisher_id, key_hash, settings.key_prefix, settings.environment, expires_at
+            conn,
+            publisher_id,
+            key_hash,
+            settings.server.key_prefix,
+            settings.server.environment,
+            expires_at,
         )
     except asyncpg.ForeignKeyViolationError:
         raise UnknownPublisher(publisher_id) from None

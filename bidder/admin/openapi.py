@@ -245,7 +245,7 @@ def admin_document(public_base_url: str) -> dict[str, Any]:
 @get(DOCUMENT_PATH, sync_to_thread=False)
 def openapi_admin(request: Request[Any, Any, Any]) -> Response[bytes]:
     """The admin API's OpenAPI 3.1 document (public, like the guides: it holds no secret)."""
-    return document_response(admin_document(runtime_of(request).settings.public_base_url))
+    return document_response(admin_document(runtime_of(request).settings.server.public_base_url))
 
 
 routes = [openapi_admin]

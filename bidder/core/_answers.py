@@ -175,7 +175,7 @@ async def _answer(
 ) -> Answer:
     rt = caller.rt
     publisher = caller.snapshot.publishers.get(caller.publisher_id)
-    rate = publisher.commission_rate if publisher else rt.settings.default_commission_rate
+    rate = publisher.commission_rate if publisher else rt.settings.offers.default_commission_rate
     billing_id = random_uuid()
     net, commission = split_gross(accepted, rate) if action == "accept" else (0, 0)
     if action == "accept":
@@ -201,7 +201,7 @@ async def _answer(
                 extra={"offer_id": offer_id},
             )
         raise NotFound(OFFER_NOT_FOUND)
-    rt.note_budget(answered.campaign_id, answered.budget)
+    rt.budgets.note(answered.campaign_id, answered.budget)
     if action == "reject":
         rt.metrics.count_offer("rejected")
         return json_body_answer(_rejected_body(reason, answered.billing_code))

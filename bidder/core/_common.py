@@ -63,11 +63,11 @@ def authorize(request: Request[Any, Any, Any]) -> Caller:
 def authorize_key(rt: Runtime, authorization: str | None, code: str | None = None) -> Caller:
     """`authorize` for the value of an Authorization header; `code` is the 401's error code
     (the OpenRTB interface's `INVALID_API_KEY`)."""
-    snapshot = rt.snapshot
+    snapshot = rt.inventory.snapshot
     if snapshot is None:  # keys live in the snapshot: none can be checked before it loads
         raise Unavailable("Service is starting, retry shortly", headers={"Retry-After": "1"})
     now = utcnow()
-    key = authenticate(authorization, snapshot, rt.settings.key_prefix, now, code=code)
+    key = authenticate(authorization, snapshot, rt.settings.server.key_prefix, now, code=code)
     return Caller(rt, snapshot, key, now)
 
 

@@ -121,7 +121,7 @@ async def _offer_for(caller: Caller, screen: ScreenInfo | None, query: _Query) -
     if screen is None or screen.publisher_id != caller.publisher_id:
         rt.metrics.count_offer("no_match")
         raise _no_match(NO_MATCHES, 404)
-    ttl = rt.settings.offer_ttl_seconds
+    ttl = rt.settings.offers.ttl_seconds
     with hot_state_errors():
         made = await make_offer(
             rt,

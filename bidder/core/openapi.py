@@ -374,7 +374,7 @@ def core_document(public_base_url: str) -> dict[str, Any]:
 @get(DOCUMENT_PATH, sync_to_thread=False)
 def openapi_core(request: Request[Any, Any, Any]) -> Response[bytes]:
     """The Core API's OpenAPI 3.1 document (public, like the guides)."""
-    return document_response(core_document(runtime_of(request).settings.public_base_url))
+    return document_response(core_document(runtime_of(request).settings.server.public_base_url))
 
 
 routes = [openapi_core]

@@ -42,7 +42,7 @@ _NBR_REASONS = frozenset({"resolution_mismatch"})
 
 async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answer:
     settings = rt.settings
-    snapshot = rt.snapshot
+    snapshot = rt.inventory.snapshot
     if snapshot is None:  # starting up: keys and screens are not known yet
         body = await call.body(MAX_BID_BYTES)
         rt.metrics.count_no_bid("technical")
@@ -53,7 +53,7 @@ async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answ
     key = authenticate(
         call.header(b"authorization"),
         snapshot,
-        settings.key_prefix,
+        settings.server.key_prefix,
         now,
         code="INVALID_API_KEY",
     )
@@ -94,7 +94,7 @@ async def _make_bid(
         screen,
         now,
         channel="openrtb",
-        ttl_seconds=rt.settings.offer_ttl_seconds,
+        ttl_seconds=rt.settings.offers.ttl_seconds,
         audience=ask.audience,
         min_price_micros=openrtb_min_bid_micros(ask.bidfloor, ask.floor_audience),
         slot=VideoSlot(ask.width, ask.height, ask.mimes),

@@ -68,9 +68,9 @@ def loss_url(
     # signing.message(path, [("pub", ...), ("scr", ...), ("ts", ...)]), as LOSS_SIGNED orders it.
     signed = f"{path}\npub={publisher_id}\nscr={screen_id}\nts={ts}".encode()
     # The token is URL-safe base64 already: nothing in it needs quoting.
-    token = signer(settings.signing_secret).token(signed)
+    token = signer(settings.secrets.signing_secret).token(signed)
     return (
-        f"{settings.public_base_url}{path}?{_MACRO_QUERY}&pub={url_value(publisher_id)}"
+        f"{settings.server.public_base_url}{path}?{_MACRO_QUERY}&pub={url_value(publisher_id)}"
         f"&scr={url_value(screen_id)}&ts={ts}&{SIGNATURE_PARAM}={token}"
     )
 
@@ -125,7 +125,7 @@ async def _read_body(request: Request[Any, Any, Any]) -> bytes:
 def _signed_and_fresh(
     settings: Settings, offer_id: str, params: dict[str, str], now_ms: int
 ) -> bool:
-    if not verify(settings.signing_secrets, loss_path(offer_id), params, LOSS_SIGNED):
+    if not verify(settings.secrets.signing_secrets, loss_path(offer_id), params, LOSS_SIGNED):
         return False
     ts = params["ts"]
     if not ts.isdigit():

@@ -536,4 +536,4 @@ def _document(public_base_url: str, migration_guide: str) -> dict[str, Any]:
 
 
 def openapi_document(settings: Settings) -> dict[str, Any]:
-    return _document(settings.public_base_url, settings.migration_guide_url)
+    return _document(settings.server.public_base_url, settings.server.migration_guide_url)

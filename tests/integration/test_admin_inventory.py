@@ -64,7 +64,7 @@ async def test_every_admin_endpoint_refuses_a_missing_or_wrong_token(
 
 async def test_a_publisher_key_is_not_an_admin_token(app_client: Client, settings: Any) -> None:
     await put_doc(app_client, full_document())
-    key = await make_key(settings.database_url)
+    key = await make_key(settings.postgres.url)
     response = await app_client.get(
         "/admin/v1/inventory", headers={"Authorization": f"Bearer {key}"}
     )
@@ -432,7 +432,7 @@ async def test_a_flight_at_the_ends_of_the_calendar_loads_and_round_trips(
     campaign = next(c for c in exported.json()["campaigns"] if c["id"] == CAMPAIGN)
     assert datetime.fromisoformat(campaign["start_at"]) == datetime.fromisoformat(start_at)
     assert datetime.fromisoformat(campaign["end_at"]) == datetime.fromisoformat(end_at)
-    key = await make_key(settings.database_url)
+    key = await make_key(settings.postgres.url)
     deadline = time.monotonic() + 5
     while True:  # the import and the key reach the worker's snapshot within a reload
         offer = await app_client.get(

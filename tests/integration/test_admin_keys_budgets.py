@@ -120,7 +120,7 @@ async def test_a_revoked_key_stops_working_on_every_worker_within_2_seconds(
 
     await wait_for_status(second_worker, key, 401, within=2.0)
     await wait_for_status(app_client, key, 401, within=2.0)
-    snapshot = second_worker.app.state.runtime.snapshot
+    snapshot = second_worker.app.state.runtime.inventory.snapshot
     with pytest.raises(Unauthorized):
         authenticate(f"Bearer {key}", snapshot, "dk_stg_", datetime.now(UTC))
     # Revoking again finds the key (it exists) and changes nothing.

@@ -136,11 +136,11 @@ async def test_backup_during_traffic_restores_every_record_and_balances(
         stop = asyncio.Event()
         traffic = asyncio.create_task(_traffic(core, acknowledged, stop))
         # The backup starts once the writer has put some deals in Postgres, traffic still on.
-        while (await count_rows(settings.database_url, "deals"))["deals"] < 10:
+        while (await count_rows(settings.postgres.url, "deals"))["deals"] < 10:
             assert not traffic.done(), "traffic ended before any deal was written"
             await asyncio.sleep(0.05)
         started = time.monotonic()
-        in_backup, played = await _backup(settings.database_url, dump)
+        in_backup, played = await _backup(settings.postgres.url, dump)
         backup_seconds = time.monotonic() - started
         during = len(acknowledged)
         await traffic
@@ -151,7 +151,7 @@ async def test_backup_during_traffic_restores_every_record_and_balances(
         while (await queue_stats(live.rt.redis))[0]:
             assert time.monotonic() < deadline, "the record queue did not drain"
             await asyncio.sleep(0.05)
-        drained, _ = await _backup(settings.database_url, tmp_path / "drained.dump")
+        drained, _ = await _backup(settings.postgres.url, tmp_path / "drained.dump")
         assert drained["deals"] == set(acknowledged)
     not_in_backup = len(acknowledged) - len(in_backup["deals"])
 

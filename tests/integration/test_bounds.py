@@ -47,7 +47,7 @@ async def seeded(live: Live, doc: InventoryDocument | None = None) -> dict[str, 
     """Seed `doc` (the basic inventory by default); headers with a key of PUB."""
     await f.seed(live.database_url, doc or f.basic_document())
     key = await f.make_key(live.database_url)
-    await live.rt.reload_inventory()
+    await live.rt.inventory.reload()
     return {"Authorization": f"Bearer {key}"}
 
 
@@ -112,7 +112,7 @@ async def test_a_play_never_costs_a_campaign_more_than_its_cap(live: Live) -> No
     )
     assert registered.status_code == 201, registered.text
     stadium = registered.json()["id"]
-    await live.rt.reload_inventory()
+    await live.rt.inventory.reload()
 
     core = await live.client.get(f"{API}/offers/request/{stadium}", headers=headers)
     assert core.status_code == 404, core.text
@@ -133,7 +133,7 @@ async def test_a_play_never_costs_a_campaign_more_than_its_cap(live: Live) -> No
 
     # The same campaign without its cap: the stadium's one play would take 250,000 cents.
     await f.seed(live.database_url, InventoryDocument(campaigns=[f.campaign(budget_cents=budget)]))
-    await live.rt.reload_inventory()
+    await live.rt.inventory.reload()
     uncapped = await live.client.get(f"{API}/offers/request/{stadium}", headers=headers)
     assert uncapped.status_code == 200, uncapped.text
     assert Decimal(str(uncapped.json()["bid_price_cents"])) == Decimal(250_000)
@@ -323,7 +323,7 @@ async def test_a_burst_of_screen_changes_rebuilds_the_snapshot_a_bounded_number_
         burst = time.monotonic() - started
         await asyncio.sleep(2 * poll + 0.2)  # the last change reaches the snapshot
         elapsed = time.monotonic() - started
-        snapshot = live.rt.snapshot
+        snapshot = live.rt.inventory.snapshot
         assert snapshot is not None
         assert snapshot.screens[f.SCREEN_MOVING].name == f"Renamed {changes - 1}"
         builds = (registry.get_sample_value("inventory_snapshot_builds_total") or 0.0) - before

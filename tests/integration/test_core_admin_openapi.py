@@ -68,8 +68,8 @@ def _prepare(servers: ServerUrls) -> tuple[Settings, str]:
     settings = make_settings(servers)
 
     async def run() -> str:
-        await f.seed(settings.database_url, demo_document())
-        return await f.make_key(settings.database_url, EXAMPLE_PUBLISHER)
+        await f.seed(settings.postgres.url, demo_document())
+        return await f.make_key(settings.postgres.url, EXAMPLE_PUBLISHER)
 
     return settings, asyncio.run(run())
 

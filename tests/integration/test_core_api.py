@@ -1018,7 +1018,7 @@ async def test_offer_outcomes_are_counted(core: Core) -> None:
 
 async def test_advertiser_of_billing_code(core: Core) -> None:
     """Sanity of the fixture the billing-code tests rely on."""
-    snapshot = core.rt.snapshot
+    snapshot = core.rt.inventory.snapshot
     assert snapshot is not None
     assert snapshot.billing_code(ADV, PUB) == "BILL-FIZZY-METRO"
 

@@ -16,7 +16,6 @@ from typing import Any
 import asyncpg
 import pytest
 
-from bidder import runtime as runtime_module
 from bidder.settings import Settings
 from matching.engine import Budget
 from matching.snapshot import build_snapshot
@@ -54,7 +53,7 @@ async def test_ties_go_to_the_larger_share_left_from_the_very_next_request(
     # request must go to the other (docs/contract.md#3-matching-and-price), without waiting for a
     # budget refresh; and a refresh read in flight meanwhile (all the time, at 0 s) must not bring
     # the older figures back (the same campaign would then win again).
-    monkeypatch.setattr(runtime_module, "_BUDGET_REFRESH_SECONDS", refresh_seconds)
+    monkeypatch.setattr(live.rt.budgets, "refresh_seconds", refresh_seconds)
     twin = uid(9, 4)
     doc = basic_document(
         campaigns=[campaign(), campaign(id=twin, name="Twin")],
@@ -95,11 +94,11 @@ async def test_a_refresh_read_in_flight_does_not_undo_a_newer_answer(
     await asyncio.wait_for(started.wait(), 5)  # the refresh loop's read is on its way
     offer = await core.offer(SCREEN_MOVING)
     assert offer.status_code == 200, offer.text
-    assert core.rt.budgets[CAMPAIGN].reserved == stale.reserved + PLAY_PRICE_MICROS
+    assert core.rt.budgets.figures[CAMPAIGN].reserved == stale.reserved + PLAY_PRICE_MICROS
     land.set()
     started.clear()
     await asyncio.wait_for(started.wait(), 5)  # the stale read has been applied by now
-    assert core.rt.budgets[CAMPAIGN].reserved == stale.reserved + PLAY_PRICE_MICROS
+    assert core.rt.budgets.figures[CAMPAIGN].reserved == stale.reserved + PLAY_PRICE_MICROS
 
 
 async def test_a_rejected_offer_does_not_use_up_a_play_of_the_cap(live: Live) -> None:
@@ -142,7 +141,7 @@ async def test_concurrent_offer_requests_never_over_reserve(live: Live) -> None:
     # 25 - 10 reserved - 8 spent = 7 cents left: two more plays, then nothing. (Answers that
     # finish out of order can leave this worker's budget view pessimistic until its next
     # refresh, at most a second; refresh it now as the budget loop would.)
-    core.rt.budgets = await core.rt.hot.read_budgets(datetime.now(UTC))
+    core.rt.budgets.figures = await core.rt.hot.read_budgets(datetime.now(UTC))
     more = await asyncio.gather(*[core.offer(SCREEN_MOVING) for _ in range(30)])
     assert [r.status_code for r in more].count(200) == 2
     reserved, spent = await _budget(core)
@@ -205,10 +204,10 @@ async def test_redis_unreachable_is_a_fast_503(servers: ServerUrls, clean: None)
     async with live_app(broken) as down:
         # Without Redis the runtime cannot sync budgets, so it never installs a snapshot by
         # itself; install one from Postgres so the request really reaches the Redis call.
-        pool = await down.rt.connect_postgres()
+        pool = await down.rt.postgres.connect()
         async with pool.acquire() as conn:
             doc, api_keys = await export_document(conn), await load_api_keys(conn)
-        down.rt.snapshot = build_snapshot(doc, api_keys, 1)
+        down.rt.inventory.snapshot = build_snapshot(doc, api_keys, 1)
         auth = {"Authorization": f"Bearer {keys[0]}"}
         calls = [
             ("GET", f"{API}/offers/request/{SCREEN_MOVING}", None),
@@ -229,7 +228,7 @@ async def test_redis_unreachable_is_a_fast_503(servers: ServerUrls, clean: None)
 
     # Before any snapshot exists no key can be checked: 503, not 401.
     async with live_app(broken) as starting:
-        starting.rt.snapshot = None
+        starting.rt.inventory.snapshot = None
         response = await starting.client.get(
             f"{API}/offers/request/{SCREEN_MOVING}", headers={"Authorization": "Bearer dk_stg_x"}
         )
@@ -241,12 +240,13 @@ async def test_the_local_budget_view_follows_redis_within_a_second(live: Live) -
     tick; a campaign whose figures left Redis leaves the view too (its stale figures would
     otherwise keep it out of matching)."""
     core = await prepare(live)
-    assert core.rt.snapshot is not None
-    shard = core.rt.snapshot.campaigns[CAMPAIGN].shard
-    await _until(lambda: CAMPAIGN in core.rt.budgets)
-    assert core.rt.budgets[CAMPAIGN].total == 100_000 * 1_000_000  # the factory's 100,000 cents
+    assert core.rt.inventory.snapshot is not None
+    shard = core.rt.inventory.snapshot.campaigns[CAMPAIGN].shard
+    await _until(lambda: CAMPAIGN in core.rt.budgets.figures)
+    figures = core.rt.budgets.figures
+    assert figures[CAMPAIGN].total == 100_000 * 1_000_000  # the factory's 100,000 cents
     await core.rt.redis.delete(budget_key(shard))
-    await _until(lambda: CAMPAIGN not in core.rt.budgets)
+    await _until(lambda: CAMPAIGN not in core.rt.budgets.figures)
 
 
 async def _until(condition: Callable[[], bool], within: float = 3.0) -> None:
@@ -264,8 +264,8 @@ async def test_a_total_stamped_past_every_version_is_overwritten_after_a_few_rel
     restored to an older version) must not keep Redis' total from Postgres for good: after a
     few reloads that kept it, a reload writes every total."""
     core = await prepare(live, basic_document(campaigns=[campaign(budget_cents=Decimal(25))]))
-    assert core.rt.snapshot is not None
-    shard = core.rt.snapshot.campaigns[CAMPAIGN].shard
+    assert core.rt.inventory.snapshot is not None
+    shard = core.rt.inventory.snapshot.campaigns[CAMPAIGN].shard
     await core.rt.redis.hset(
         budget_key(shard), mapping={f"{CAMPAIGN}:t": 99_000_000, f"{CAMPAIGN}:tv": 10**9}
     )

@@ -37,7 +37,7 @@ async def core(live: Live) -> Core:
 
 
 def _moving_screen(core: Core) -> str:
-    snapshot = core.rt.snapshot
+    snapshot = core.rt.inventory.snapshot
     assert snapshot is not None
     return next(s.id for s in snapshot.screens.values() if s.type == "moving")
 
@@ -284,7 +284,8 @@ async def test_body_without_a_length_is_read_to_its_last_event(core: Core, raw: 
 @pytest.fixture
 def short_body_timeout(core: Core, monkeypatch: pytest.MonkeyPatch) -> float:
     seconds = 0.3
-    settings = dataclasses.replace(core.rt.settings, body_timeout_seconds=seconds)
+    limits = dataclasses.replace(core.rt.settings.limits, body_timeout_seconds=seconds)
+    settings = dataclasses.replace(core.rt.settings, limits=limits)
     monkeypatch.setattr(core.rt, "settings", settings)
     return seconds
 

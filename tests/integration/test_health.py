@@ -247,14 +247,14 @@ async def test_the_copy_follows_the_version_postgres_has(
                 await asyncio.sleep(0.1)
             assert stored() == version
 
-        assert rt.snapshot is not None
-        assert stored() == rt.snapshot.version
+        assert rt.inventory.snapshot is not None
+        assert stored() == rt.inventory.snapshot.version
         conn = await asyncpg.connect(servers.database_url)
         try:
             await conn.execute("UPDATE screens SET name = 'Renamed' WHERE id = $1", SCREEN_STATIC)
             await conn.execute("UPDATE inventory_version SET version = version + 1")
             await wait_for_inventory(client)
-            newer = rt.snapshot.version
+            newer = rt.inventory.snapshot.version
             await settles_at(newer)
             found = client.blocking_portal.call(hot.load_inventory_copy)
             assert found is not None
@@ -360,16 +360,16 @@ async def test_the_deprecation_notice_links_to_guides_that_exist(
     """Link, `documentation` and `migration_guide` point at /docs/...: they answer a guide."""
     settings = make_settings(servers, RECORD_WRITER="0")
     app = create_app(settings)
-    async with AsyncTestClient(app, base_url=settings.public_base_url) as client:
-        for url in (settings.migration_guide_url, settings.documentation_url):
-            path = url.removeprefix(settings.public_base_url)
+    async with AsyncTestClient(app, base_url=settings.server.public_base_url) as client:
+        for url in (settings.server.migration_guide_url, settings.server.documentation_url):
+            path = url.removeprefix(settings.server.public_base_url)
             assert path.startswith("/docs/"), url
             response = await client.get(path)
             assert response.status_code == 200, url
             assert response.headers["content-type"] == "text/markdown; charset=utf-8"
             assert "OpenRTB" in response.text
         migration = await client.get(
-            settings.migration_guide_url.removeprefix(settings.public_base_url)
+            settings.server.migration_guide_url.removeprefix(settings.server.public_base_url)
         )
         # The migration guide itself, step by step, not the whole OpenRTB reference.
         assert migration.text.startswith("# Migrating from the OpenRTB 2.6 bridge to the Core API")
@@ -399,17 +399,17 @@ async def test_the_deprecation_notice_links_to_guides_that_exist(
 
 
 async def test_callers_racing_the_first_connect_share_one_pool(servers: ServerUrls) -> None:
-    """Every caller of `connect_postgres` before the pool exists (readiness probes, admin
+    """Every caller of `postgres.connect` before the pool exists (readiness probes, admin
     calls) gets the same pool: one per worker, the one `stop` closes."""
     rt = Runtime(make_settings(servers, RECORD_WRITER="0"))
     try:
-        pools = await asyncio.gather(*[rt.connect_postgres() for _ in range(5)])
+        pools = await asyncio.gather(*[rt.postgres.connect() for _ in range(5)])
         assert all(pool is pools[0] for pool in pools)
     finally:
         await rt.stop()
-    assert rt.pool is not None
-    assert rt.pool.is_closing()
-    assert await rt.postgres_state() == "unresponsive"  # stopped: no new probe, no new pool
+    assert rt.postgres.pool is not None
+    assert rt.postgres.pool.is_closing()
+    assert await rt.postgres.state() == "unresponsive"  # stopped: no new probe, no new pool
 
 
 async def test_the_shared_postgres_probe_does_not_log_under_the_request_that_started_it(
@@ -419,16 +419,16 @@ async def test_the_shared_postgres_probe_does_not_log_under_the_request_that_sta
     first, so its logs (asyncpg's reconnect warnings) must not carry that request's id."""
     rt = Runtime(make_settings(servers, RECORD_WRITER="0"))
     seen: list[str] = []
-    probe = rt._probe_postgres
+    probe = rt.postgres.probe
 
     async def recording() -> str:
         seen.append(request_id_var.get())
         return await probe()
 
-    monkeypatch.setattr(rt, "_probe_postgres", recording)
+    monkeypatch.setattr(rt.postgres, "probe", recording)
     token = request_id_var.set("a-request")
     try:
-        assert await rt.postgres_state(wait=5) == "ok"
+        assert await rt.postgres.state(wait=5) == "ok"
     finally:
         request_id_var.reset(token)
         await rt.stop()

@@ -108,7 +108,9 @@ async def test_bid_response_is_exactly_the_contract_table(
     assert params["pub"] == f.PUB
     assert params["scr"] == f.SCREEN_MOVING
     assert abs(int(params["ts"]) - time.time() * 1000) < 60_000
-    assert verify(settings.signing_secrets, urlsplit(lurl).path, params, ("pub", "scr", "ts"))
+    assert verify(
+        settings.secrets.signing_secrets, urlsplit(lurl).path, params, ("pub", "scr", "ts")
+    )
 
     vast = validate_vast(bid["adm"])
     ad = vast.find("v:Ad", NS)
@@ -121,8 +123,8 @@ async def test_bid_response_is_exactly_the_contract_table(
     assert media.text == "https://cdn.example/summer.mp4"
     assert vast.findtext(".//v:Duration", namespaces=NS) == "00:00:15"
     assert vast.findtext(".//v:Expires", namespaces=NS) in {
-        str(settings.offer_ttl_seconds),
-        str(settings.offer_ttl_seconds - 1),
+        str(settings.offers.ttl_seconds),
+        str(settings.offers.ttl_seconds - 1),
     }
     assert vast.findtext(".//v:Extension/v:BillingCode", namespaces=NS) == "BILL-FIZZY-METRO"
     assert vast.findtext(".//v:Extension/v:BidPriceCents", namespaces=NS) == "29.8675"
@@ -172,7 +174,7 @@ async def test_the_outcome_record_carries_the_bid_request_fields_to_postgres(
         notice = await live.client.get(f"{parts.path}?{parts.query}")
         assert notice.status_code == 204, notice.text
     else:
-        past_expiry = utcnow() + timedelta(seconds=settings.offer_ttl_seconds + 1)
+        past_expiry = utcnow() + timedelta(seconds=settings.offers.ttl_seconds + 1)
         assert await live.rt.hot.expire_due(past_expiry) == {"openrtb": 1}
 
     records = await queue_records(live.rt.redis)
@@ -186,7 +188,7 @@ async def test_the_outcome_record_carries_the_bid_request_fields_to_postgres(
     )
     assert Decimal(carried["audience"]) == Decimal("119.47")
 
-    pool = await live.rt.connect_postgres()
+    pool = await live.rt.postgres.connect()
 
     async def get_pool() -> asyncpg.Pool:
         return pool
@@ -262,7 +264,7 @@ async def test_missing_or_invalid_key_is_401(live: Live, authorization: str | No
 async def test_other_environment_key_is_401(live: Live) -> None:
     await seeded(live)
     key = await f.make_key(live.database_url, prefix="dk_live_")
-    await live.rt.reload_inventory()
+    await live.rt.inventory.reload()
     response = await post_bid(live, {"Authorization": f"Bearer {key}"}, bid_request())
     assert_error(response, 401, "INVALID_API_KEY")
 
@@ -505,7 +507,7 @@ async def test_an_audience_finer_than_4_decimals_is_recorded_as_priced(live: Liv
     assert Decimal(str(bid["price"])) == Decimal("0.29867808")
     parts = urlsplit(bid["lurl"].replace("reason=${AUCTION_LOSS}", "reason=102"))
     assert (await live.client.get(f"{parts.path}?{parts.query}")).status_code == 204
-    pool = await live.rt.connect_postgres()
+    pool = await live.rt.postgres.connect()
 
     async def get_pool() -> asyncpg.Pool:
         return pool

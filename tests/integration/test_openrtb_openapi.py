@@ -27,8 +27,8 @@ PREFIX = "/functions/v1/openrtb-2-6"
 
 def _seed(settings: Settings) -> str:
     async def run() -> str:
-        await f.seed(settings.database_url, f.basic_document())
-        return await f.make_key(settings.database_url)
+        await f.seed(settings.postgres.url, f.basic_document())
+        return await f.make_key(settings.postgres.url)
 
     return asyncio.run(run())
 

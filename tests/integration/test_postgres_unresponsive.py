@@ -189,7 +189,7 @@ async def _postgres_probes() -> int:
     return sum(
         1
         for task in asyncio.all_tasks()
-        if getattr(task.get_coro(), "__qualname__", "") == "Runtime._probe_postgres"
+        if getattr(task.get_coro(), "__qualname__", "") == "PostgresHandle.probe"
     )
 
 

@@ -61,7 +61,7 @@ async def test_offer_and_deal_lookups_from_redis_then_postgres(
     app_client: AsyncTestClient[Litestar], redis_client: Redis, settings: Any
 ) -> None:
     """The app runs its own record writer (RECORD_WRITER defaults to on)."""
-    await seed(settings.database_url, basic_document())
+    await seed(settings.postgres.url, basic_document())
     await wait_for_inventory(app_client)
     hot = HotState(redis_client)  # the test's own client: the app's lives on the app's loop
     snap = build_snapshot(basic_document())
@@ -144,7 +144,7 @@ async def test_an_open_offer_is_shown_from_redis_and_an_expired_one_from_postgre
     """An open offer has no row in Postgres (a reservation queues no record), so its status
     comes from Redis; once the app's sweeper expires an offer, its record reaches Postgres and
     answers when Redis no longer holds the offer."""
-    await seed(settings.database_url, basic_document())
+    await seed(settings.postgres.url, basic_document())
     await wait_for_inventory(app_client)
     hot = HotState(redis_client)
     camp = build_snapshot(basic_document()).campaigns[CAMPAIGN]
@@ -160,8 +160,8 @@ async def test_an_open_offer_is_shown_from_redis_and_an_expired_one_from_postgre
     assert isinstance(short, Reserved)
 
     # The app's sweeper (every 0.5 s) expires the short one; its writer writes the record.
-    assert await _row_status(settings.database_url, short.offer_id, until="expired") == "expired"
-    assert await _row_status(settings.database_url, kept.offer_id) is None
+    assert await _row_status(settings.postgres.url, short.offer_id, until="expired") == "expired"
+    assert await _row_status(settings.postgres.url, kept.offer_id) is None
     live = await app_client.get(f"/admin/v1/offers/{kept.offer_id}", headers=ADMIN)
     assert live.status_code == 200, live.text
     assert live.json()["status"] == "open"
@@ -191,7 +191,7 @@ async def test_without_redis_an_offer_missing_from_postgres_is_503_not_404(
     Postgres."""
     async with live_app(make_settings(servers)) as running:
         await seed(running.database_url, basic_document())
-        await running.rt.reload_inventory()
+        await running.rt.inventory.reload()
         camp = build_snapshot(basic_document()).campaigns[CAMPAIGN]
         now = datetime.now(UTC)
         fields = {"channel": "core", "publisher": PUB, "creative": CREATIVE_VIDEO}
@@ -290,7 +290,7 @@ async def test_an_openrtb_bids_outcome_shows_as_one_of_the_four_statuses(
     """docs/contract.md#2-inventory: the admin offer view's status is open | accepted | rejected |
     expired. A billed bid shows as accepted and a lost one as rejected, from Redis and from
     Postgres."""
-    await seed(settings.database_url, basic_document())
+    await seed(settings.postgres.url, basic_document())
     await wait_for_inventory(app_client)
     hot = HotState(redis_client)
     camp = build_snapshot(basic_document()).campaigns[CAMPAIGN]
@@ -319,7 +319,7 @@ async def test_an_openrtb_bids_outcome_shows_as_one_of_the_four_statuses(
         assert live.json()["status"] == status
     for offer_id, status in expected.items():
         internal = "billed" if status == "accepted" else "lost"
-        assert await _row_status(settings.database_url, offer_id, until=internal) == internal
+        assert await _row_status(settings.postgres.url, offer_id, until=internal) == internal
         await redis_client.delete(offer_key(camp.shard, offer_id))
         stored = await app_client.get(f"/admin/v1/offers/{offer_id}", headers=ADMIN)
         assert stored.status_code == 200, stored.text
@@ -342,7 +342,7 @@ async def test_a_playout_at_either_end_of_the_accepted_years_is_stored_and_read_
     played_at: str,
     stored: str,
 ) -> None:
-    await seed(settings.database_url, basic_document())
+    await seed(settings.postgres.url, basic_document())
     await wait_for_inventory(app_client)
     hot = HotState(redis_client)
     camp = build_snapshot(basic_document()).campaigns[CAMPAIGN]
@@ -350,7 +350,7 @@ async def test_a_playout_at_either_end_of_the_accepted_years_is_stored_and_read_
     assert isinstance(answered, Answered)
     # The payload the Core API queues (bidder.core._playout: played_at as iso_utc makes it).
     await hot.confirm_playout(answered.deal_id, PUB, datetime.now(UTC), {"played_at": played_at})
-    conn = await asyncpg.connect(settings.database_url)
+    conn = await asyncpg.connect(settings.postgres.url)
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -373,10 +373,10 @@ async def test_a_timestamp_stored_as_infinity_reads_as_the_first_or_last_instant
 ) -> None:
     """A row holding -infinity (as asyncpg writes datetime.min) still reads: its deal
     answers, it does not 500."""
-    await seed(settings.database_url, basic_document())
+    await seed(settings.postgres.url, basic_document())
     await wait_for_inventory(app_client)
     deal_id, offer_id, billing_id = (str(uuid.uuid4()) for _ in range(3))
-    conn = await asyncpg.connect(settings.database_url)
+    conn = await asyncpg.connect(settings.postgres.url)
     try:
         await conn.execute(
             "INSERT INTO offers (offer_id, channel, status, publisher_id, screen_id, campaign_id,"
@@ -420,9 +420,9 @@ async def test_the_cli_shows_and_tops_up_what_the_admin_api_does(
     """docs/contract.md#2-inventory: every admin operation from the command line too. `bidder
     campaigns show|top-up`, `offers show` and `deals show` print what the admin API answers, and a
     top-up logs its audit line there as well."""
-    await seed(settings.database_url, basic_document())
+    await seed(settings.postgres.url, basic_document())
     await wait_for_inventory(app_client)
-    env = cli_env(ServerUrls(settings.redis_url, settings.database_url, None))
+    env = cli_env(ServerUrls(settings.redis.url, settings.postgres.url, None))
     hot = HotState(redis_client)
     camp = build_snapshot(basic_document()).campaigns[CAMPAIGN]
     offer_id = await reserve_offer(hot, camp, "core")

@@ -11,7 +11,6 @@ import time
 import asyncpg
 import pytest
 
-from bidder import runtime as runtime_module
 from bidder.runtime import Runtime
 from bidder.settings import Settings
 from matching.engine import Budget
@@ -23,7 +22,6 @@ async def test_a_loop_that_ignores_its_cancellation_does_not_hold_the_stop(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(runtime_module, "_STOP_TASKS_SECONDS", 0.3)
     release = asyncio.Event()
 
     async def stubborn_loop(_: Runtime) -> None:
@@ -37,6 +35,7 @@ async def test_a_loop_that_ignores_its_cancellation_does_not_hold_the_stop(
                 # a retrying loop catches would
 
     rt = Runtime(settings)
+    rt.loops.stop_wait = 0.3
     rt.extra_loops.append(stubborn_loop)
     await rt.start()
     started = time.monotonic()
@@ -48,7 +47,7 @@ async def test_a_loop_that_ignores_its_cancellation_does_not_hold_the_stop(
     assert "stubborn_loop" in warned[0].__dict__["task"]
     assert "test_runtime_stop.py" in warned[0].__dict__["at"]
     release.set()  # let it end now, so the test's loop closes cleanly
-    stuck = [t for t in rt._tasks if not t.done()]
+    stuck = [t for t in rt.loops.tasks if not t.done()]
     for task in stuck:
         task.cancel()
     await asyncio.wait(stuck, timeout=5)
@@ -67,7 +66,7 @@ async def test_loops_that_end_when_cancelled_stop_at_once(
     messages = [r.getMessage() for r in caplog.records]
     assert not [m for m in messages if "did not" in m]
     assert messages[-1] == "runtime stopped"  # the last word, for a shutdown's post-mortem
-    assert all(t.done() for t in rt._tasks)
+    assert all(t.done() for t in rt.loops.tasks)
 
 
 async def test_a_connection_never_released_does_not_hold_the_stop(
@@ -76,10 +75,10 @@ async def test_a_connection_never_released_does_not_hold_the_stop(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(runtime_module, "_POOL_CLOSE_SECONDS", 0.3)
     rt = Runtime(settings)
+    rt.postgres.close_wait = 0.3
     await rt.start()
-    pool = await rt.connect_postgres()
+    pool = await rt.postgres.connect()
     held = await pool.acquire()  # as by a task that was cut off mid-transaction
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="bidder.runtime"):
@@ -99,14 +98,14 @@ async def test_a_budget_read_keeps_the_script_answers_folded_in_while_it_was_on_
     An answer folded in before the read began is older than the read, and the read wins."""
     rt = Runtime(settings)  # not started: only its budget view is used
     try:
-        before = rt.budget_mark()
-        rt.note_budget("c1", Budget(1_000, 100, 0))  # answered while the read was on its way
-        rt.fold_budgets({"c1": Budget(1_000, 0, 0), "c2": Budget(500, 0, 0)}, before)
-        assert rt.budgets["c1"] == Budget(1_000, 100, 0)
-        assert rt.budgets["c2"] == Budget(500, 0, 0)
+        before = rt.budgets.mark()
+        rt.budgets.note("c1", Budget(1_000, 100, 0))  # answered while the read was on its way
+        rt.budgets.fold({"c1": Budget(1_000, 0, 0), "c2": Budget(500, 0, 0)}, before)
+        assert rt.budgets.figures["c1"] == Budget(1_000, 100, 0)
+        assert rt.budgets.figures["c2"] == Budget(500, 0, 0)
         # A read begun after that answer (a top-up, say) is newer than it.
-        after = rt.budget_mark()
-        rt.fold_budgets({"c1": Budget(2_000, 100, 0)}, after)
-        assert rt.budgets["c1"] == Budget(2_000, 100, 0)
+        after = rt.budgets.mark()
+        rt.budgets.fold({"c1": Budget(2_000, 100, 0)}, after)
+        assert rt.budgets.figures["c1"] == Budget(2_000, 100, 0)
     finally:
         await rt.stop()

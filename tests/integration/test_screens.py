@@ -75,7 +75,7 @@ async def reaches_matching(client: Client, check: Any, within: float = 2.0) -> N
     """The worker's snapshot satisfies `check` within `within` seconds (background reload)."""
     started = time.monotonic()
     while time.monotonic() - started < within:
-        snapshot = client.app.state.runtime.snapshot
+        snapshot = client.app.state.runtime.inventory.snapshot
         if snapshot is not None and check(snapshot):
             return
         await asyncio.sleep(0.05)

@@ -52,7 +52,7 @@ async def live_app(settings: Settings) -> AsyncIterator[Live]:
         async with httpx.AsyncClient(
             transport=transport, base_url="http://testserver.local"
         ) as client:
-            yield Live(client, rt, settings.database_url)
+            yield Live(client, rt, settings.postgres.url)
     finally:
         await rt.stop()
 
@@ -86,7 +86,7 @@ class Core:
         return {"Authorization": f"Bearer {self.other_key}"}
 
     async def reload(self) -> None:
-        await self.rt.reload_inventory()
+        await self.rt.inventory.reload()
 
     async def offer(self, screen_id: str, **params: str) -> httpx.Response:
         return await self.client.get(
@@ -112,7 +112,7 @@ async def prepare(live: Live, doc: InventoryDocument | None = None) -> Core:
     await seed(live.database_url, doc or basic_document())
     key = await make_key(live.database_url)
     other_key = await make_key(live.database_url, PUB_OTHER)
-    await live.rt.reload_inventory()
+    await live.rt.inventory.reload()
     return Core(live, key, other_key)
 
 

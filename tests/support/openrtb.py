@@ -60,7 +60,7 @@ async def seeded(live: Live, **lists: Any) -> dict[str, str]:
     """Seed the basic inventory (or with `lists` replaced); headers with a key of PUB."""
     await f.seed(live.database_url, f.basic_document(**lists))
     key = await f.make_key(live.database_url)
-    await live.rt.reload_inventory()
+    await live.rt.inventory.reload()
     return {"Authorization": f"Bearer {key}"}
 
 

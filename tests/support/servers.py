@@ -96,4 +96,4 @@ async def wait_for_inventory(client: AsyncTestClient[Litestar]) -> None:
     """Bring the app's snapshot to the stored inventory version now (after a seed), instead of
     waiting for the background reload. The app (and its connection pools) runs on the test
     client's portal loop in another thread, so the reload runs there too."""
-    client.blocking_portal.call(client.app.state.runtime.reload_inventory)
+    client.blocking_portal.call(client.app.state.runtime.inventory.reload)

@@ -10,15 +10,22 @@ import msgspec
 
 from bidder.deprecation import DEPRECATION_MESSAGE
 from bidder.openrtb._response import Bid, bid_response, new_uuid, no_bid, no_content
-from bidder.settings import Settings
+from bidder.settings import (
+    PostgresSettings,
+    RedisSettings,
+    SecretSettings,
+    ServerSettings,
+    Settings,
+)
 
 SETTINGS = Settings(
-    database_url="postgresql://u@h/d",
-    redis_url="redis://h",
-    admin_token="a" * 32,
-    signing_secrets=("s",),
-    migration_guide_url="https://docs.example/migrate",
-    documentation_url="https://docs.example/openrtb",
+    server=ServerSettings(
+        migration_guide_url="https://docs.example/migrate",
+        documentation_url="https://docs.example/openrtb",
+    ),
+    secrets=SecretSettings(admin_token="a" * 32, signing_secrets=("s",)),
+    postgres=PostgresSettings(url="postgresql://u@h/d"),
+    redis=RedisSettings(url="redis://h"),
 )
 HEADERS = [
     (b"deprecation", b"true"),

@@ -25,11 +25,11 @@ def test_reload_failures_are_logged_when_they_start_and_end(
     rt = Runtime(settings)
     caplog.set_level(logging.INFO, logger="bidder.runtime")
     for _ in range(3):
-        rt._note_reload_failure("ConnectionRefusedError")
-    assert rt.last_postgres_error == "ConnectionRefusedError"
-    rt._note_reload_failure(None)
-    rt._note_reload_failure(None)
+        rt.inventory.note_reload_failure("ConnectionRefusedError")
+    assert rt.postgres.last_error == "ConnectionRefusedError"
+    rt.inventory.note_reload_failure(None)
+    rt.inventory.note_reload_failure(None)
     records = [r for r in caplog.records if r.name == "bidder.runtime"]
     assert [r.levelno for r in records] == [logging.WARNING, logging.INFO]
     assert getattr(records[0], "error", None) == "ConnectionRefusedError"
-    assert rt.last_postgres_error is None
+    assert rt.postgres.last_error is None

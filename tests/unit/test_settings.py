@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
-from bidder.settings import PerSettings, Settings, SettingsError, load_settings
+from bidder.settings import (
+    PerSettings,
+    RecordSettings,
+    RedisSettings,
+    Settings,
+    SettingsError,
+    environment_names,
+    load_settings,
+)
 
 VALID = {
     "DATABASE_URL": "postgresql://user@db.internal:5432/bidder",
@@ -18,26 +28,26 @@ VALID = {
 
 def test_defaults() -> None:
     settings = load_settings(VALID)
-    assert settings.environment == "staging"
-    assert settings.offer_ttl_seconds == 300  # the README's default
-    assert settings.public_base_url == "http://127.0.0.1:8000"
-    assert settings.tracking_base_url == "http://127.0.0.1:8000/functions/v1/track"
-    assert settings.tracking_path == "/functions/v1/track"
-    assert settings.default_commission_rate == Decimal("0.15")
-    assert settings.record_writer is True
+    assert settings.server.environment == "staging"
+    assert settings.offers.ttl_seconds == 300  # the README's default
+    assert settings.server.public_base_url == "http://127.0.0.1:8000"
+    assert settings.server.tracking_base_url == "http://127.0.0.1:8000/functions/v1/track"
+    assert settings.server.tracking_path == "/functions/v1/track"
+    assert settings.offers.default_commission_rate == Decimal("0.15")
+    assert settings.records.writer is True
 
 
 def test_signing_secrets_newest_first() -> None:
     settings = load_settings(VALID)
-    assert settings.signing_secrets == ("new-secret-0123456789", "old-secret-0123456789")
-    assert settings.signing_secret == "new-secret-0123456789"
+    assert settings.secrets.signing_secrets == ("new-secret-0123456789", "old-secret-0123456789")
+    assert settings.secrets.signing_secret == "new-secret-0123456789"
 
 
 @pytest.mark.parametrize(
     ("environment", "prefix"), [("production", "dk_live_"), ("staging", "dk_stg_")]
 )
 def test_key_prefix_names_the_environment(environment: str, prefix: str) -> None:
-    assert load_settings({**VALID, "BIDDER_ENV": environment}).key_prefix == prefix
+    assert load_settings({**VALID, "BIDDER_ENV": environment}).server.key_prefix == prefix
 
 
 def test_tracking_base_url_sets_the_tracking_path() -> None:
@@ -48,16 +58,16 @@ def test_tracking_base_url_sets_the_tracking_path() -> None:
             "TRACKING_BASE_URL": "https://t.example.com/px/",
         }
     )
-    assert settings.public_base_url == "https://api.example.com"
-    assert settings.tracking_base_url == "https://t.example.com/px"
-    assert settings.tracking_path == "/px"
+    assert settings.server.public_base_url == "https://api.example.com"
+    assert settings.server.tracking_base_url == "https://t.example.com/px"
+    assert settings.server.tracking_path == "/px"
 
 
 def test_a_tracking_host_without_a_path_keeps_the_usual_path() -> None:
     """The VAST's URLs and the route served must agree, or no impression is ever billed."""
     settings = load_settings({**VALID, "TRACKING_BASE_URL": "https://track.example.com/"})
-    assert settings.tracking_base_url == "https://track.example.com/functions/v1/track"
-    assert settings.tracking_path == "/functions/v1/track"
+    assert settings.server.tracking_base_url == "https://track.example.com/functions/v1/track"
+    assert settings.server.tracking_path == "/functions/v1/track"
 
 
 @pytest.mark.parametrize(
@@ -146,18 +156,18 @@ def test_accepted_values() -> None:
             "REDIS_URL": "unix:///run/redis.sock",
         }
     )
-    assert settings.offer_ttl_seconds == 60
-    assert settings.default_commission_rate == Decimal("0.2")
-    assert settings.record_writer is False
-    assert settings.log_level == "DEBUG"
+    assert settings.offers.ttl_seconds == 60
+    assert settings.offers.default_commission_rate == Decimal("0.2")
+    assert settings.records.writer is False
+    assert settings.server.log_level == "DEBUG"
 
 
 def test_per_settings_builds_once_per_settings_object() -> None:
     built: list[str] = []
 
     def build(settings: Settings) -> str:
-        built.append(settings.signing_secret)
-        return f"derived from {settings.signing_secret}"
+        built.append(settings.secrets.signing_secret)
+        return f"derived from {settings.secrets.signing_secret}"
 
     derived = PerSettings(build)
     first = load_settings({**VALID, "SIGNING_SECRETS": "first-secret-0123456789"})
@@ -196,9 +206,13 @@ def test_an_operator_command_needs_only_what_it_uses() -> None:
     banner does not print and which no such command uses."""
     database_only = {"DATABASE_URL": VALID["DATABASE_URL"]}
     settings = load_settings(database_only, redis=False, secrets=False)
-    assert (settings.redis_url, settings.admin_token, settings.signing_secrets) == ("", "", ())
+    assert (settings.redis.url, settings.secrets.admin_token, settings.secrets.signing_secrets) == (
+        "",
+        "",
+        (),
+    )
     with_redis = {**database_only, "REDIS_URL": VALID["REDIS_URL"]}
-    assert load_settings(with_redis, secrets=False).redis_url == VALID["REDIS_URL"]
+    assert load_settings(with_redis, secrets=False).redis.url == VALID["REDIS_URL"]
     with pytest.raises(SettingsError) as caught:
         load_settings(database_only, secrets=False)
     assert caught.value.problems == ["REDIS_URL is required"]
@@ -216,10 +230,42 @@ def test_a_setting_given_to_a_command_that_does_not_need_it_is_still_checked() -
 
 def test_connection_bounds_are_generous_by_default_and_settable() -> None:
     default = load_settings(VALID)
-    assert default.idle_timeout_seconds == 30  # granian's own header read timeout
-    assert default.max_connections_per_worker >= 1024
+    assert default.limits.idle_timeout_seconds == 30  # granian's own header read timeout
+    assert default.limits.max_connections_per_worker >= 1024
     settings = load_settings(
         {**VALID, "IDLE_TIMEOUT_SECONDS": "2.5", "MAX_CONNECTIONS_PER_WORKER": "64"}
     )
-    assert settings.idle_timeout_seconds == 2.5
-    assert settings.max_connections_per_worker == 64
+    assert settings.limits.idle_timeout_seconds == 2.5
+    assert settings.limits.max_connections_per_worker == 64
+
+
+#: Variables in the README's table that no Settings field reads: prometheus_client reads it.
+READ_ELSEWHERE = {"PROMETHEUS_MULTIPROC_DIR"}
+
+
+def _readme_table_names() -> set[str]:
+    root = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([A-Z][A-Z0-9_]*)` \|", section, flags=re.MULTILINE))
+
+
+def test_every_setting_is_in_the_readme_table_and_every_row_is_a_setting() -> None:
+    declared = environment_names()
+    assert len(declared) == len(set(declared))  # each environment name declared once
+    documented = _readme_table_names()
+    assert set(declared) - documented == set(), "settings missing from the README's table"
+    assert documented - set(declared) == READ_ELSEWHERE, "README rows that are no setting"
+
+
+def test_each_group_reads_its_own_settings() -> None:
+    """A group loaded on its own reads and checks only what it declares."""
+    problems: list[str] = []
+    redis = RedisSettings.load(
+        {"REDIS_URL": "redis://h:1/0", "REDIS_TIMEOUT_SECONDS": "x"}, problems
+    )
+    assert redis == RedisSettings(url="redis://h:1/0")  # the timeout keeps its default
+    assert problems == ["REDIS_TIMEOUT_SECONDS must be a number, got 'x'"]
+    problems.clear()
+    assert RecordSettings.load({}, problems) == RecordSettings(writer=True, batch_size=500)
+    assert problems == []

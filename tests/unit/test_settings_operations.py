@@ -19,10 +19,12 @@ VALID = {
 
 def test_both_are_optional() -> None:
     settings = load_settings(VALID)
-    assert settings.signing_secrets_rotated_at is None
-    assert settings.reconcile_check_seconds == 300  # every five minutes, README's default
+    assert settings.secrets.signing_secrets_rotated_at is None
+    assert settings.intervals.reconcile_check_seconds == 300  # every five minutes, README's default
     assert (
-        load_settings({**VALID, "SIGNING_SECRETS_ROTATED_AT": ""}).signing_secrets_rotated_at
+        load_settings(
+            {**VALID, "SIGNING_SECRETS_ROTATED_AT": ""}
+        ).secrets.signing_secrets_rotated_at
         is None
     )
 
@@ -35,8 +37,8 @@ def test_the_rotation_date_is_read_with_its_time_zone() -> None:
             "RECONCILE_CHECK_SECONDS": "60",
         }
     )
-    assert settings.signing_secrets_rotated_at == datetime(2026, 3, 1, 10, tzinfo=UTC)
-    assert settings.reconcile_check_seconds == 60
+    assert settings.secrets.signing_secrets_rotated_at == datetime(2026, 3, 1, 10, tzinfo=UTC)
+    assert settings.intervals.reconcile_check_seconds == 60
 
 
 @pytest.mark.parametrize(

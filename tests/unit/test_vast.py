@@ -138,7 +138,7 @@ def test_tracking_urls_are_signed_and_carry_the_contract_parameters(
     assert list(tracking) == EVENTS
     for event, url in [("impression", impression), *tracking.items()]:
         parts = urlsplit(url)
-        assert f"{parts.scheme}://{parts.netloc}{parts.path}" == settings.tracking_base_url
+        assert f"{parts.scheme}://{parts.netloc}{parts.path}" == settings.server.tracking_base_url
         params = {k: v[0] for k, v in parse_qs(parts.query).items()}
         assert params["offer_id"] == OFFER
         assert params["event"] == event
@@ -146,10 +146,10 @@ def test_tracking_urls_are_signed_and_carry_the_contract_parameters(
         assert params["pub"] == PUB
         assert params["scr"] == SCR
         signed = ["offer_id", "event", "pub", "scr", "ts"]
-        assert verify(settings.signing_secrets, "/functions/v1/track", params, signed)
+        assert verify(settings.secrets.signing_secrets, "/functions/v1/track", params, signed)
         # Any altered signed value breaks the signature.
         assert not verify(
-            settings.signing_secrets, "/functions/v1/track", {**params, "scr": PUB}, signed
+            settings.secrets.signing_secrets, "/functions/v1/track", {**params, "scr": PUB}, signed
         )
         if openrtb:
             assert "price=${AUCTION_PRICE}" in url
@@ -162,17 +162,17 @@ def test_tracking_urls_are_signed_and_carry_the_contract_parameters(
 def test_old_secret_still_verifies_a_url_it_signed(settings: Settings) -> None:
     rotated = load_settings(
         {
-            "DATABASE_URL": settings.database_url,
-            "REDIS_URL": settings.redis_url,
-            "ADMIN_TOKEN": settings.admin_token,
+            "DATABASE_URL": settings.postgres.url,
+            "REDIS_URL": settings.redis.url,
+            "ADMIN_TOKEN": settings.secrets.admin_token,
             "SIGNING_SECRETS": "old-secret-0123456789",
-            "TRACKING_BASE_URL": settings.tracking_base_url,
+            "TRACKING_BASE_URL": settings.server.tracking_base_url,
         }
     )
     impression, _ = tracking_urls(rotated, OFFER, PUB, SCR, NOW_MS, openrtb=False)
     params = {k: v[0] for k, v in parse_qs(urlsplit(impression).query).items()}
     signed = ["offer_id", "event", "pub", "scr", "ts"]
-    assert verify(settings.signing_secrets, "/functions/v1/track", params, signed)
+    assert verify(settings.secrets.signing_secrets, "/functions/v1/track", params, signed)
     assert not verify(("unrelated-secret-0123",), "/functions/v1/track", params, signed)
 
 
@@ -189,7 +189,7 @@ def test_a_non_ascii_token_is_refused_not_an_error(settings: Settings) -> None:
     params = {k: v[0] for k, v in parse_qs(urlsplit(impression).query).items()}
     signed = ["offer_id", "event", "pub", "scr", "ts"]
     assert not verify(
-        settings.signing_secrets, "/functions/v1/track", {**params, "token": "é"}, signed
+        settings.secrets.signing_secrets, "/functions/v1/track", {**params, "token": "é"}, signed
     )
 
 

@@ -12,7 +12,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bidder.settings import Settings
+from bidder.settings import (
+    PostgresSettings,
+    RedisSettings,
+    SecretSettings,
+    ServerSettings,
+    Settings,
+)
 from bidder.vast import LINEAR_EVENTS, VastAd, match_vast, render_vast, tracking_urls
 from matching.engine import Match
 from matching.money import cents_text, micros_to_cents
@@ -35,11 +41,10 @@ text = st.text(alphabet=st.sampled_from(list("ab <>&\"'\t\n\r%#[]:/é€ ")), ma
 
 def config(base: str = "https://track.example/t") -> Settings:
     return Settings(
-        database_url="postgresql://u@h/d",
-        redis_url="redis://h",
-        admin_token="a" * 32,
-        signing_secrets=("secret-0123456789",),
-        tracking_base_url=base,
+        server=ServerSettings(tracking_base_url=base),
+        secrets=SecretSettings(admin_token="a" * 32, signing_secrets=("secret-0123456789",)),
+        postgres=PostgresSettings(url="postgresql://u@h/d"),
+        redis=RedisSettings(url="redis://h"),
     )
 
 

@@ -11,7 +11,13 @@ from xml.sax.saxutils import escape
 import pytest
 from msgspec.structs import replace
 
-from bidder.settings import Settings
+from bidder.settings import (
+    PostgresSettings,
+    RedisSettings,
+    SecretSettings,
+    ServerSettings,
+    Settings,
+)
 from bidder.vast import VastAd, render_vast, tracking_urls
 
 NS = {"v": "http://www.iab.com/VAST"}
@@ -21,11 +27,10 @@ SCR = "22222222-2222-4222-8222-222222222222"
 
 def settings(base: str) -> Settings:
     return Settings(
-        database_url="postgresql://u@h/d",
-        redis_url="redis://h",
-        admin_token="a" * 32,
-        signing_secrets=("secret-0123456789",),
-        tracking_base_url=base,
+        server=ServerSettings(tracking_base_url=base),
+        secrets=SecretSettings(admin_token="a" * 32, signing_secrets=("secret-0123456789",)),
+        postgres=PostgresSettings(url="postgresql://u@h/d"),
+        redis=RedisSettings(url="redis://h"),
     )
 
 

@@ -1,0 +1,89 @@
+"""`Runtime`: what one worker process holds, composed of its parts (the Postgres handle, the
+inventory, the budget view, the background loops) and the Redis clients they share."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from redis.asyncio import Redis
+
+from bidder.gauges import watch
+from bidder.observability import Metrics
+from bidder.runtime.budgets import Budgets
+from bidder.runtime.inventory import InventoryLoader
+from bidder.runtime.loops import Loops, budget_loop, inventory_loop, sweep_loop
+from bidder.runtime.postgres import PostgresHandle
+from bidder.settings import Settings
+from store.hot import HotState, connect
+from store.pipelined import PipelinedRedis
+from store.records import run_writer
+
+__all__ = ["Runtime"]
+
+log = logging.getLogger("bidder.runtime")
+
+#: The socket timeout of the Redis client that serves everything but the hot path's scripts.
+_BACKGROUND_REDIS_TIMEOUT = 2.0
+
+
+class Runtime:
+    """Per-process state. Handlers read `inventory.snapshot` and `budgets.figures`; the
+    inventory loop replaces the snapshot whole, the budget loop refreshes the figures a shard
+    at a time."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        # The hot path's scripts run on `fast` with the strict REDIS_TIMEOUT_SECONDS; this client
+        # serves reads, syncs, the sweeper, the writer and the admin API, where a busy moment
+        # should not turn into a 503.
+        self.redis: Redis = connect(
+            settings.redis.url, max(settings.redis.timeout_seconds, _BACKGROUND_REDIS_TIMEOUT)
+        )
+        self.fast = PipelinedRedis(settings.redis.url, settings.redis.timeout_seconds)
+        self.hot = HotState(self.redis, fast=self.fast)
+        self.metrics = Metrics()
+        stopping = asyncio.Event()
+        self.postgres = PostgresHandle(settings.postgres.url, stopping)
+        self.inventory = InventoryLoader(settings, self.postgres, self.hot, self.metrics)
+        self.budgets = Budgets()
+        self.loops = Loops(stopping)
+        #: Loops started beside the built-in ones, each given this runtime.
+        self.extra_loops: list[Callable[[Runtime], Awaitable[None]]] = [watch]  # ops gauges
+        if settings.records.writer:
+            self.extra_loops.append(run_writer)
+
+    async def start(self) -> None:
+        """Connect, load the snapshot if Postgres answers, and start the background loops.
+        Never fails on an unreachable dependency: /readyz reports it and the loops retry."""
+        with contextlib.suppress(Exception):  # reported by /readyz, retried by the reload
+            await self.postgres.connect()
+        await self.inventory.load()
+        settings, loops = self.settings, self.loops
+        loops.spawn(
+            inventory_loop(loops, self.inventory, settings.intervals.inventory_poll_seconds)
+        )
+        loops.spawn(budget_loop(loops, self.budgets, self.hot, self.fast))
+        loops.spawn(
+            sweep_loop(loops, self.hot, self.metrics, settings.intervals.sweep_interval_seconds)
+        )
+        for loop in self.extra_loops:
+            loops.spawn(loop(self))
+
+    async def stop(self) -> None:
+        """End the background loops, then close the pool and the clients; each step bounded,
+        so a stuck one cannot hold the worker's shutdown until granian kills it."""
+        await self.loops.stop()
+        await self.postgres.close()
+        for name, closing in (("hot-path Redis", self.fast.aclose), ("Redis", self.redis.aclose)):
+            try:
+                await asyncio.wait_for(closing(), 2)
+            except TimeoutError:
+                log.warning("client did not close in 2 s; leaving it", extra={"client": name})
+            except Exception:  # noqa: S110 - shutting down: a failing close changes nothing
+                pass
+        # Said last: when a worker is killed at shutdown, this line tells whether the wait
+        # was in here (it is missing) or elsewhere (granian's own stop).
+        log.info("runtime stopped")
