@@ -33,8 +33,8 @@ from store.hot import HotState, connect
 from store.local_servers import PostgresServer, RedisServer, free_port
 from store.postgres import create_pool, migrate
 from store.records import RecordWriter, ensure_groups, queue_stats
-from tests.factories import basic_document, campaign, seed
-from tests.integration._records_support import MIX, make_records
+from tests.support.factories import basic_document, campaign, seed
+from tests.support.records import MIX, make_records
 
 _RECORDS_PER_ROUND = 15  # records one round of MIX makes
 

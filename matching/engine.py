@@ -166,7 +166,7 @@ def select(
     else:
         audience_units = scaled_exactly(audience, AUDIENCE_UNITS_PER_VIEWER)
     local = now.astimezone(screen.zone)
-    scan = _Scan(now, local.weekday(), local.hour, budgets, frozenset(exclude), min_price_micros)
+    scan = Scan(now, local.weekday(), local.hour, budgets, frozenset(exclude), min_price_micros)
     if slot is not None:
         # Only campaigns with a creative of the slot's exact size can match: scan those first.
         # They keep their order, so the match is the one the whole list would give; only when
@@ -195,9 +195,11 @@ def sized_candidates(
     return heapq.merge(general, sized, key=lambda c: (-c.cpm_cents, c.id))
 
 
-class _Scan:
+class Scan:
     """One request's eligibility rules, applied to a list of candidates. A plain class: made
-    on every request, a frozen dataclass costs several times as much to build."""
+    on every request, a frozen dataclass costs several times as much to build. `select` runs it
+    over the sized candidates first; over the whole list it gives the answer that path must
+    agree with."""
 
     __slots__ = ("budgets", "hour", "min_price_micros", "now", "skipped", "weekday")
 

@@ -129,7 +129,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
 
 def _one_authorization(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """Every route Litestar serves refuses a request with several Authorization headers, as
-    the hot routes do (bidder.front); 400 in the interface's shape."""
+    the hot routes do (bidder.http.front); 400 in the interface's shape."""
     if repeated_authorization(connection.scope["headers"]):
         raise BadRequest(MANY_AUTHORIZATIONS)
 

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
 import subprocess
 import time
 from pathlib import Path
 
-from tests.conftest import ADMIN_TOKEN, ServerUrls
-from tests.e2e.test_slow_client import _response, _start, _until_ready
-from tests.e2e.test_two_workers import _tail, free_port
-from tests.factories import SCREEN_MOVING, basic_document, make_key, seed
+from tests.support.factories import SCREEN_MOVING, basic_document, make_key, seed
+from tests.support.processes import (
+    free_port,
+    read_response,
+    start_serve,
+    stop_serve,
+    tail,
+    until_ready,
+)
+from tests.support.servers import ADMIN_TOKEN, ServerUrls
 
 IDLE_TIMEOUT_SECONDS = 1.0
 MAX_CONNECTIONS = 3
@@ -26,7 +30,7 @@ CAMPAIGN = "00000000-0000-4000-8000-000000000001"  # a campaign id in its valid 
 
 
 def _serve(servers: ServerUrls, port: int, log: Path) -> subprocess.Popen[bytes]:
-    return _start(
+    return start_serve(
         servers,
         port,
         log,
@@ -34,12 +38,6 @@ def _serve(servers: ServerUrls, port: int, log: Path) -> subprocess.Popen[bytes]
         IDLE_TIMEOUT_SECONDS=str(IDLE_TIMEOUT_SECONDS),
         MAX_CONNECTIONS_PER_WORKER=str(MAX_CONNECTIONS),
     )
-
-
-def _stop(server: subprocess.Popen[bytes]) -> None:
-    if server.poll() is None:
-        os.killpg(server.pid, signal.SIGKILL)  # the session this test started, workers too
-        server.wait(5)
 
 
 async def _closed_after(reader: asyncio.StreamReader) -> float:
@@ -59,13 +57,13 @@ async def test_idle_connections_are_closed_and_their_number_bounded(
     port, log = free_port(), tmp_path / "serve.log"
     server = _serve(servers, port, log)
     try:
-        await _until_ready(port, log)
+        await until_ready(port, log)
         await asyncio.sleep(IDLE_TIMEOUT_SECONDS + 0.5)  # the readiness probe's connection gone
 
         # Not a byte sent: closed after the idle timeout, not kept.
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         waited = await _closed_after(reader)
-        assert IDLE_TIMEOUT_SECONDS - 0.2 <= waited < IDLE_TIMEOUT_SECONDS + 3, _tail(log)
+        assert IDLE_TIMEOUT_SECONDS - 0.2 <= waited < IDLE_TIMEOUT_SECONDS + 3, tail(log)
         writer.close()
 
         # Half a request head, then nothing: closed too (a slow-loris).
@@ -78,7 +76,7 @@ async def test_idle_connections_are_closed_and_their_number_bounded(
         # A kept-alive connection after its answer, then silence: closed after the timeout.
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(_get("/healthz"))
-        status, headers, _ = await _response(reader)
+        status, headers, _ = await read_response(reader)
         assert status == 200
         assert headers.get("connection", "").lower() != "close"
         waited = await _closed_after(reader)
@@ -92,19 +90,19 @@ async def test_idle_connections_are_closed_and_their_number_bounded(
         for _ in range(MAX_CONNECTIONS):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(_get("/healthz"))
-            assert (await _response(reader))[0] == 200
+            assert (await read_response(reader))[0] == 200
             held.append(writer)
         opened = time.monotonic()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)  # the kernel's backlog
         writer.write(_get("/healthz"))
-        status, _, _ = await _response(reader)
+        status, _, _ = await read_response(reader)
         waited = time.monotonic() - opened
         assert status == 200
         assert waited >= IDLE_TIMEOUT_SECONDS * 0.5, "served past the connection bound"
         for w in [*held, writer]:
             w.close()
     finally:
-        _stop(server)
+        stop_serve(server)
 
 
 def _post(path: str, body: bytes, announced: int, auth: str) -> bytes:
@@ -122,7 +120,7 @@ async def test_a_client_gone_mid_body_is_an_info_event_not_a_500(
     port, log = free_port(), tmp_path / "serve.log"
     server = _serve(servers, port, log)
     try:
-        await _until_ready(port, log)
+        await until_ready(port, log)
         gone = [
             # the hot routes, served in front of Litestar
             ("/functions/v1/openrtb-2-6/bid", f"Bearer {key}"),
@@ -158,7 +156,7 @@ async def test_a_client_gone_mid_body_is_an_info_event_not_a_500(
 
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(_get("/metrics"))
-        status, _, body = await _response(reader)
+        status, _, body = await read_response(reader)
         writer.close()
         assert status == 200
         metrics = body.decode()
@@ -182,4 +180,4 @@ async def test_a_client_gone_mid_body_is_an_info_event_not_a_500(
         assert len(events) == len(gone), text
         assert all(event["level"] == "INFO" for event in events)
     finally:
-        _stop(server)
+        stop_serve(server)

@@ -27,8 +27,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ServerUrls
-from tests.e2e.test_two_workers import free_port, running
+from tests.support.processes import free_port, running
+from tests.support.servers import ServerUrls
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = (

@@ -43,11 +43,8 @@ from bench.invariants import wait_drained
 from matching.snapshot import SHARDS
 from store.hot import connect, tag
 from store.reconcile import check_balances
-from tests.conftest import ADMIN_TOKEN, ServerUrls
-from tests.e2e.test_connections import _stop
-from tests.e2e.test_slow_client import _start, _until_ready
-from tests.e2e.test_two_workers import _tail, free_port
-from tests.factories import (
+from tests.support.admin import NEW_SCREEN
+from tests.support.factories import (
     CAMPAIGN,
     PUB,
     PUB_OTHER,
@@ -56,8 +53,9 @@ from tests.factories import (
     make_key,
     seed,
 )
-from tests.integration.test_openrtb_bid import bid_request
-from tests.integration.test_screens import NEW_SCREEN
+from tests.support.openrtb import bid_request
+from tests.support.processes import free_port, start_serve, stop_serve, tail, until_ready
+from tests.support.servers import ADMIN_TOKEN, ServerUrls
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1500"))
 API = "/functions/v1/api"
@@ -419,9 +417,9 @@ async def test_generated_requests_get_no_5xx_and_leave_every_campaign_balanced(
     )
     port, log = free_port(), tmp_path / "serve.log"
     world.base = f"http://127.0.0.1:{port}"
-    server = _start(servers, port, log, BODY_TIMEOUT_SECONDS="5")
+    server = start_serve(servers, port, log, BODY_TIMEOUT_SECONDS="5")
     try:
-        await _until_ready(port, log)
+        await until_ready(port, log)
         await asyncio.to_thread(_prepare, world)
         started = time.monotonic()
         await asyncio.to_thread(_fuzz, world)
@@ -445,7 +443,7 @@ async def test_generated_requests_get_no_5xx_and_leave_every_campaign_balanced(
         assert not report.differing, report.render()
         print(f"fuzz: dead-lettered records {sum(dead)}")
         text = log.read_text(errors="replace")
-        assert "Traceback" not in text, _tail(log)
-        assert '"level": "ERROR"' not in text, _tail(log)
+        assert "Traceback" not in text, tail(log)
+        assert '"level": "ERROR"' not in text, tail(log)
     finally:
-        _stop(server)
+        stop_serve(server)

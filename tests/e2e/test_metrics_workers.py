@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ServerUrls
-from tests.e2e.test_two_workers import _tail, free_port, running
-from tests.integration.test_cli import cli_env
+from tests.support.cli import cli_env
+from tests.support.processes import free_port, running, tail
+from tests.support.servers import ServerUrls
 
 HEALTHZ_COUNT = re.compile(
     r'^http_requests_total\{method="GET",route="/healthz",status="200"\} ([0-9.e+]+)$', re.M
@@ -52,7 +52,7 @@ async def test_metrics_sum_every_workers_requests(
                 except httpx.HTTPError:
                     sent -= 1  # never reached a worker
                 if time.monotonic() > deadline:
-                    pytest.fail("the server did not start:\n" + _tail(log))
+                    pytest.fail("the server did not start:\n" + tail(log))
                 await asyncio.sleep(0.2)
             for _ in range(60):
                 assert (await client.get("/healthz")).status_code == 200

@@ -8,9 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -22,20 +19,21 @@ import httpx
 import pytest
 
 from store.hot import HotState, connect
-from tests.conftest import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls
-from tests.factories import CAMPAIGN, SCREEN_MOVING, basic_document, campaign, make_key, seed
+from tests.support.factories import (
+    CAMPAIGN,
+    SCREEN_MOVING,
+    basic_document,
+    campaign,
+    make_key,
+    seed,
+)
+from tests.support.processes import free_port, running, tail
+from tests.support.servers import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls
 
 API = "/functions/v1/api"
 PLAY_MICROS = 2_500_000  # 250 cpm x audience 10 / 1000 = 2.5 cents
 BUDGET_CENTS = 25  # exactly 10 plays
 REQUESTS = 400
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @contextlib.contextmanager
@@ -74,36 +72,13 @@ def _granian(servers: ServerUrls, log: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
-@contextlib.contextmanager
-def running(command: list[str], env: dict[str, str], log: Path) -> Iterator[None]:
-    """`command` running in a session of its own, its output in `log`; stopped with SIGTERM,
-    its whole session killed if it has not ended 15 s later."""
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        yield
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the session this test started
-            proc.wait(timeout=5)
-
-
-def _tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-3000:]
-
-
 async def _until_ready(client: httpx.AsyncClient, auth: dict[str, str], log: Path) -> None:
     """Both workers answer once every one of many connections gets an offer-capable answer."""
     deadline = time.monotonic() + 60
     streak = 0
     while streak < 20:
         if time.monotonic() > deadline:
-            pytest.fail("server did not become ready:\n" + _tail(log))
+            pytest.fail("server did not become ready:\n" + tail(log))
         try:
             async with httpx.AsyncClient(base_url=str(client.base_url), timeout=2) as fresh:
                 ready = await fresh.get("/readyz")

@@ -23,8 +23,16 @@ from matching.snapshot import build_snapshot
 from store.hot import HotState, connect
 from store.inventory_repo import add_budget, load_api_keys
 from store.local_servers import free_port
-from tests.conftest import ServerUrls, make_settings, wait_for_inventory
-from tests.factories import (
+from tests.support.admin import (
+    ADMIN,
+    Client,
+    bearer,
+    fetchval,
+    parsed,
+    started_client,
+)
+from tests.support.core import live_app
+from tests.support.factories import (
     CAMPAIGN,
     PUB,
     SCREEN_MOVING,
@@ -34,15 +42,7 @@ from tests.factories import (
     seed,
     uid,
 )
-from tests.integration._admin_helpers import (
-    ADMIN,
-    Client,
-    bearer,
-    fetchval,
-    parsed,
-    started_client,
-)
-from tests.integration._core_helpers import live_app
+from tests.support.servers import ServerUrls, make_settings, wait_for_inventory
 
 
 @pytest.fixture

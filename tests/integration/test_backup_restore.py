@@ -27,9 +27,9 @@ import redis
 
 from store.local_servers import PostgresServer, free_port, postgres_bin_dir
 from store.records import queue_stats
-from tests.conftest import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls, make_settings
-from tests.factories import CAMPAIGN, SCREEN_MOVING, basic_document
-from tests.integration._core_helpers import Core, count_rows, live_app, prepare
+from tests.support.core import Core, count_rows, live_app, prepare
+from tests.support.factories import CAMPAIGN, SCREEN_MOVING, basic_document
+from tests.support.servers import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls, make_settings
 
 RECORDS = ("deals", "billing_records", "playouts")
 ID_OF = {"deals": "deal_id", "billing_records": "billing_id", "playouts": "playout_id"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import redis
 
 from bench.server import compact_redis
-from tests.conftest import ServerUrls
+from tests.support.servers import ServerUrls
 
 
 def test_compact_rewrites_the_aof_and_waits_for_it(servers: ServerUrls) -> None:

@@ -26,9 +26,9 @@ import pytest
 
 from matching.inventory import InventoryDocument
 from store.postgres import migration_files
-from tests import factories as f
-from tests.conftest import ADMIN_TOKEN, ServerUrls, make_settings
-from tests.integration._core_helpers import API, Live, live_app
+from tests.support import factories as f
+from tests.support.core import API, Live, live_app
+from tests.support.servers import ADMIN_TOKEN, ServerUrls, make_settings
 
 SCREENS = f"{API}/screens"
 BID = "/functions/v1/openrtb-2-6/bid"

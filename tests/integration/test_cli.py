@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -20,46 +19,10 @@ import msgspec
 import pytest
 
 from bidder.demo import demo_document
-from tests.conftest import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls
-from tests.factories import CAMPAIGN, PUB, basic_document, seed, uid
-from tests.integration._admin_helpers import fetchval, parsed
-from tests.integration.test_admin_inventory import full_document
-
-
-def cli_env(servers: ServerUrls, **overrides: str) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "ADMIN_TOKEN")
-    }
-    env.update(
-        DATABASE_URL=servers.database_url,
-        REDIS_URL=servers.redis_url,
-        ADMIN_TOKEN=ADMIN_TOKEN,
-        SIGNING_SECRETS=SIGNING_SECRETS,
-        BIDDER_ENV="staging",
-    )
-    env.update(overrides)
-    return env
-
-
-async def bidder(
-    env: dict[str, str], *args: str, stdin: bytes | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    """Run `bidder ARGS` (this interpreter, `python -m bidder.cli`) and wait for it."""
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "bidder.cli", *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def audit_lines(done: subprocess.CompletedProcess[bytes]) -> list[dict[str, Any]]:
-    """The `bidder.audit` JSON lines a command wrote on stderr."""
-    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith(b"{")]
-    return [line for line in lines if line.get("logger") == "bidder.audit"]
+from tests.support.admin import fetchval, full_document, parsed
+from tests.support.cli import audit_lines, bidder, cli_env
+from tests.support.factories import CAMPAIGN, PUB, basic_document, seed, uid
+from tests.support.servers import ServerUrls
 
 
 async def test_commands_on_postgres_alone_need_only_database_url(

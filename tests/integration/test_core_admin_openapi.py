@@ -21,8 +21,8 @@ from schemathesis.specs.openapi.checks import ignored_auth, positive_data_accept
 from bidder.demo import EXAMPLE_PUBLISHER, EXAMPLE_SCREEN, FIZZY_SUMMER, demo_document
 from bidder.http.app import create_app
 from bidder.settings import Settings
-from tests import factories as f
-from tests.conftest import ADMIN_TOKEN, ServerUrls, make_settings
+from tests.support import factories as f
+from tests.support.servers import ADMIN_TOKEN, ServerUrls, make_settings
 
 CORE = "/docs/openapi-core.json"
 ADMIN = "/docs/openapi-admin.json"

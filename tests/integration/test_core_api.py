@@ -22,7 +22,18 @@ from bidder.auth import new_api_key
 from bidder.settings import Settings
 from store.hot import expiry_key, offer_key, shard_of
 from store.inventory_repo import create_api_key, revoke_api_key
-from tests.factories import (
+from tests.support.core import (
+    API,
+    INVALID_KEY_BODY,
+    NOT_FOUND_OFFER,
+    PLAY_PRICE_MICROS,
+    Core,
+    Live,
+    count_rows,
+    live_app,
+    prepare,
+)
+from tests.support.factories import (
     ADV,
     PUB,
     PUB_OTHER,
@@ -37,18 +48,7 @@ from tests.factories import (
     seed,
     uid,
 )
-from tests.integration._core_helpers import (
-    API,
-    INVALID_KEY_BODY,
-    NOT_FOUND_OFFER,
-    PLAY_PRICE_MICROS,
-    Core,
-    Live,
-    count_rows,
-    live_app,
-    prepare,
-)
-from tests.vast_check import assert_valid_vast
+from tests.support.vast_check import assert_valid_vast
 
 NO_MATCHES = {"error": "No matches available", "status": 404}
 UNKNOWN_SCREEN = uid(99, 3)

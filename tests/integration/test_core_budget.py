@@ -21,9 +21,7 @@ from matching.engine import Budget
 from matching.snapshot import build_snapshot
 from store.hot import budget_key
 from store.inventory_repo import bump_version, export_document, load_api_keys
-from tests.conftest import ServerUrls, make_settings
-from tests.factories import CAMPAIGN, SCREEN_MOVING, basic_document, campaign, creative, uid
-from tests.integration._core_helpers import (
+from tests.support.core import (
     API,
     NOT_FOUND_OFFER,
     PLAY_PRICE_MICROS,
@@ -32,6 +30,8 @@ from tests.integration._core_helpers import (
     live_app,
     prepare,
 )
+from tests.support.factories import CAMPAIGN, SCREEN_MOVING, basic_document, campaign, creative, uid
+from tests.support.servers import ServerUrls, make_settings
 
 
 @pytest.fixture

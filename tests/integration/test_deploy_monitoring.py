@@ -19,8 +19,8 @@ from litestar.testing import AsyncTestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from bidder.http.app import create_app
-from tests.conftest import ServerUrls, make_settings
-from tests.factories import basic_document, seed
+from tests.support.factories import basic_document, seed
+from tests.support.servers import ServerUrls, make_settings, wait_for_inventory
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
@@ -124,7 +124,7 @@ async def _scrape(servers: ServerUrls) -> tuple[set[str], dict[tuple[str, str], 
     await seed(servers.database_url, basic_document())
     app = create_app(make_settings(servers, SIGNING_SECRETS_ROTATED_AT=ROTATED_AT))
     async with AsyncTestClient(app) as client:
-        client.blocking_portal.call(client.app.state.runtime.reload_inventory)
+        await wait_for_inventory(client)
         await client.get("/healthz")
         await client.get("/functions/v1/api/offers/request/no-such-screen")  # a 401, counted
         text = ""

@@ -32,8 +32,8 @@ from store.local_servers import PostgresServer, RedisServer, free_port
 from store.pipelined import PipelinedRedis
 from store.postgres import create_pool, migrate
 from store.records import RecordWriter, ensure_groups, queue_stats
-from tests.factories import CREATIVE_VIDEO, PUB, SCREEN_MOVING
-from tests.integration._records_support import (
+from tests.support.factories import CREATIVE_VIDEO, PUB, SCREEN_MOVING
+from tests.support.records import (
     PRICE,
     Expected,
     accept_offer,

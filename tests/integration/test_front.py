@@ -18,9 +18,9 @@ import pytest
 
 from bidder.http.app import create_app
 from bidder.observability import exposition
-from tests.conftest import ADMIN_TOKEN
-from tests.integration._core_helpers import API, Core, Live, live_app, prepare
-from tests.integration.test_openrtb_bid import BID, ROOT, assert_error, bid_request, queue_kept
+from tests.support.core import API, Core, Live, live_app, prepare
+from tests.support.openrtb import BID, ROOT, assert_error, bid_request, queue_kept
+from tests.support.servers import ADMIN_TOKEN
 
 SCREEN = "00000000-0000-4000-8000-000000000011"  # unused id: shape of a screen UUID
 

@@ -24,14 +24,14 @@ from bidder.signing import signer
 from store.hot import INVENTORY_COPY_FORMAT, INVENTORY_COPY_KEY, decode_inventory_copy
 from store.local_servers import PostgresServer, free_port
 from store.postgres import migrate
-from tests.conftest import SIGNING_SECRETS, ServerUrls, make_settings, wait_for_inventory
-from tests.factories import (
+from tests.support.factories import (
     SCREEN_MOVING,
     SCREEN_STATIC,
     basic_document,
     make_key,
     seed,
 )
+from tests.support.servers import SIGNING_SECRETS, ServerUrls, make_settings, wait_for_inventory
 
 
 async def test_not_ready_without_redis(servers: ServerUrls, clean: None) -> None:

@@ -30,12 +30,10 @@ import pytest
 
 from store.hot import queue_keys
 from store.records import dead_letter_key, queue_stats
-from tests.conftest import ServerUrls, make_settings
-from tests.factories import SCREEN_MOVING
-from tests.integration._core_helpers import Core, live_app, prepare
-from tests.integration.test_openrtb_bid import bid_request, post_bid
-from tests.integration.test_openrtb_loss import local, substitute
-from tests.integration.test_tracking import tracking_of
+from tests.support.core import Core, live_app, prepare
+from tests.support.factories import SCREEN_MOVING
+from tests.support.openrtb import bid_request, local, post_bid, substitute, tracking_of
+from tests.support.servers import ServerUrls, make_settings
 
 #: Within this many seconds of the last request, every accept is in Postgres.
 ACCEPTS_LAND_WITHIN_S = 5.0

@@ -26,7 +26,14 @@ from store.hot import (
     queue_key,
     queue_keys,
 )
-from tests.factories import CAMPAIGN, PUB, PUB_OTHER, SCREEN_MOVING, basic_document, campaign
+from tests.support.factories import (
+    CAMPAIGN,
+    PUB,
+    PUB_OTHER,
+    SCREEN_MOVING,
+    basic_document,
+    campaign,
+)
 
 
 async def _hot(

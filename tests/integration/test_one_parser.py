@@ -17,10 +17,10 @@ import msgspec
 import pytest
 
 from store.local_servers import free_port
-from tests.conftest import ServerUrls, wait_for_inventory
-from tests.factories import CAMPAIGN, basic_document, seed
-from tests.integration._admin_helpers import ADMIN, Client, fetchval, parsed, started_client
-from tests.integration.test_cli import bidder, cli_env
+from tests.support.admin import ADMIN, Client, fetchval, parsed, started_client
+from tests.support.cli import bidder, cli_env
+from tests.support.factories import CAMPAIGN, basic_document, seed
+from tests.support.servers import ServerUrls, wait_for_inventory
 
 TOTAL = "SELECT budget_cents FROM campaigns WHERE id = $1"
 

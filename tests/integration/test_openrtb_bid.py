@@ -10,51 +10,41 @@ from __future__ import annotations
 import json
 import time
 import uuid
-import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import asyncpg
-import httpx
-import jsonschema
 import pytest
 from openapi_schema_validator import OAS30Validator
-from redis.asyncio import Redis
-from referencing import Registry, Resource
 
 from bidder.runtime import utcnow
 from bidder.settings import Settings
 from bidder.signing import verify
-from store.hot import HotState, connect, queue_keys
+from store.hot import HotState, connect
 from store.records import RecordWriter
-from tests import factories as f
-from tests.conftest import ServerUrls, make_settings
-from tests.integration._core_helpers import Live, live_app
-from tests.integration._records_support import drain
-from tests.paths import OPENRTB_SCHEMAS
-from tests.vast_check import assert_valid_vast
-
-BID = "/functions/v1/openrtb-2-6/bid"
-ROOT = "/functions/v1/openrtb-2-6/"
-SCHEMA_DIR = OPENRTB_SCHEMAS
-NS = {"v": "http://www.iab.com/VAST"}
-MIGRATION_GUIDE = "http://testserver.local/docs/migration-openrtb-to-core"
-
-
-def bid_request(**imp_overrides: Any) -> dict[str, Any]:
-    """A valid BidRequest for the seeded moving screen (1920x1080, video/mp4)."""
-    imp: dict[str, Any] = {
-        "id": "imp-1",
-        "tagid": "ext-moving-1",
-        "video": {"w": 1920, "h": 1080, "mimes": ["video/mp4", "image/jpeg"]},
-        "pmp": {"deals": [{"id": "deal-7", "bidfloor": 1.00, "at": 3}]},
-        "qty": {"multiplier": 119.47, "sourcetype": 1, "vendor": "route.org.uk"},
-    }
-    imp.update(imp_overrides)
-    return {"id": "auction-42", "at": 3, "imp": [imp]}
+from tests.support import factories as f
+from tests.support.core import Live, live_app
+from tests.support.openrtb import (
+    BID,
+    MIGRATION_GUIDE,
+    NS,
+    ROOT,
+    assert_deprecated,
+    assert_error,
+    bid_request,
+    post_bid,
+    query_of,
+    queue_kept,
+    queue_records,
+    seeded,
+    validate_bid_response,
+    validate_vast,
+)
+from tests.support.records import drain
+from tests.support.servers import ServerUrls
 
 
 @pytest.fixture
@@ -62,103 +52,6 @@ async def live(servers: ServerUrls, clean: None) -> AsyncIterator[Live]:
     """The app on the test's own loop (requests really interleave; the runtime is reachable)."""
     async with live_app(queue_kept(servers)) as running:
         yield running
-
-
-def queue_kept(servers: ServerUrls, **overrides: str) -> Settings:
-    """Test settings without the record writer, so the queued records stay for the test to
-    read (the writer deletes what it has written)."""
-    return make_settings(servers, RECORD_WRITER="0", **overrides)
-
-
-async def seeded(live: Live, **lists: Any) -> dict[str, str]:
-    """Seed the basic inventory (or with `lists` replaced); headers with a key of PUB."""
-    await f.seed(live.database_url, f.basic_document(**lists))
-    key = await f.make_key(live.database_url)
-    await live.rt.inventory.reload()
-    return {"Authorization": f"Bearer {key}"}
-
-
-def assert_deprecated(response: httpx.Response) -> None:
-    assert response.headers["Deprecation"] == "true"
-    assert response.headers["Link"] == f'<{MIGRATION_GUIDE}>; rel="deprecation"'
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert_deprecated(response)
-    body: dict[str, Any] = response.json()
-    assert set(body) == {
-        "error",
-        "message",
-        "details",
-        "deprecated",
-        "deprecation_message",
-        "documentation",
-        "migration_guide",
-    }
-    assert body["error"] == code
-    assert body["deprecated"] is True
-    assert body["migration_guide"] == MIGRATION_GUIDE
-    return body
-
-
-def _registry() -> Registry:
-    resources = []
-    for path in SCHEMA_DIR.glob("*.json"):
-        contents = json.loads(path.read_text())
-        if "$id" in contents:
-            resources.append((contents["$id"], Resource.from_contents(contents)))
-    return Registry().with_resources(resources)
-
-
-_REGISTRY = _registry()
-
-
-def validate_bid_response(body: dict[str, Any]) -> None:
-    """Against the IAB OpenRTB 2.6 JSON schema, and every adm against the VAST 4.0 XSD
-    (without `Expires`, docs/contract.md#6a-vast-documents)."""
-    schema = json.loads((SCHEMA_DIR / "BidResponse.json").read_text())
-    jsonschema.Draft202012Validator(schema, registry=_REGISTRY).validate(body)
-    for seat in body.get("seatbid", []):
-        for bid in seat["bid"]:
-            validate_vast(bid["adm"])
-
-
-def validate_vast(adm: str) -> ET.Element:
-    return assert_valid_vast(adm)
-
-
-def query_of(url: str) -> dict[str, str]:
-    return {k: v[0] for k, v in parse_qs(urlsplit(url).query, keep_blank_values=True).items()}
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-async def queue_records(redis: Redis, kind: str | None = None) -> list[dict[str, Any]]:
-    """Every record in the shard queues (type t, offer o, payload p, script extra x)."""
-    records: list[dict[str, Any]] = []
-    for key in queue_keys():
-        entries: list[tuple[Any, dict[Any, Any]]] = await redis.xrange(key)  # type: ignore[assignment]
-        for _, fields in entries:
-            entry = {_text(k): _text(v) for k, v in fields.items()}
-            record: dict[str, Any] = {
-                "t": entry["t"],
-                **{name: json.loads(entry[name]) for name in ("o", "p", "x") if name in entry},
-            }
-            if kind is None or record["t"] == kind:
-                records.append(record)
-    return records
-
-
-async def post_bid(
-    live: Live, headers: dict[str, str], body: Any, path: str = BID
-) -> httpx.Response:
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return await live.client.post(
-        path, content=content, headers={**headers, "Content-Type": "application/json"}
-    )
 
 
 # -- the bid ---------------------------------------------------------------------------------

@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests import factories as f
-from tests.conftest import ServerUrls
-from tests.integration._core_helpers import Live, live_app
-from tests.integration.test_openrtb_bid import (
+from tests.support import factories as f
+from tests.support.core import Live, live_app
+from tests.support.openrtb import (
     assert_deprecated,
     assert_error,
     post_bid,
@@ -22,6 +21,7 @@ from tests.integration.test_openrtb_bid import (
     seeded,
     validate_bid_response,
 )
+from tests.support.servers import ServerUrls
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "openrtb"
 CASES = sorted(p.parent for p in FIXTURES.glob("*/*/request.json"))

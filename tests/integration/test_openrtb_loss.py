@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -15,18 +14,20 @@ from bidder.runtime import utcnow
 from bidder.settings import Settings
 from store.hot import HotState, connect, epoch_ms
 from store.record_rows import loss_body_json
-from tests import factories as f
-from tests.conftest import ServerUrls
-from tests.integration._core_helpers import Live, live_app
-from tests.integration.test_openrtb_bid import (
+from tests.support import factories as f
+from tests.support.core import Live, live_app
+from tests.support.openrtb import (
     assert_deprecated,
     assert_error,
     bid_request,
+    local,
     post_bid,
     queue_kept,
     queue_records,
     seeded,
+    substitute,
 )
+from tests.support.servers import ServerUrls
 
 PRICE_MICROS = 29_867_500  # 250 cents CPM x 119.47 / 1000 = 29.8675 cents
 
@@ -44,25 +45,6 @@ async def make_bid(live: Live) -> tuple[str, str]:
     assert response.status_code == 200, response.text
     bid = response.json()["seatbid"][0]["bid"][0]
     return bid["adid"], bid["lurl"]
-
-
-def substitute(lurl: str, **values: str) -> str:
-    """The lurl as an SSP calls it: the macros replaced (those not given stay as they are)."""
-    macros = {
-        "reason": "${AUCTION_LOSS}",
-        "price": "${AUCTION_PRICE}",
-        "cur": "${AUCTION_CURRENCY}",
-        "mtw": "${AUCTION_MIN_TO_WIN}",
-        "aid": "${AUCTION_ID}",
-    }
-    for name, value in values.items():
-        lurl = lurl.replace(f"{name}={macros[name]}", f"{name}={value}")
-    return lurl
-
-
-def local(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.path}?{parts.query}"
 
 
 async def reserved(live: Live) -> int:
@@ -278,7 +260,7 @@ async def test_valid_for_24_hours(live: Live, settings: Settings, age_ms: int, s
 
 
 async def test_signed_with_an_older_secret_still_verifies(live: Live, settings: Settings) -> None:
-    from tests.conftest import SIGNING_SECRETS, ServerUrls, make_settings
+    from tests.support.servers import SIGNING_SECRETS, ServerUrls, make_settings
 
     offer_id, _ = await make_bid(live)
     older = make_settings(

@@ -17,9 +17,9 @@ from schemathesis.specs.openapi.checks import ignored_auth
 
 from bidder.http.app import create_app
 from bidder.settings import Settings
-from tests import factories as f
-from tests.conftest import ServerUrls
-from tests.integration.test_openrtb_bid import MIGRATION_GUIDE, queue_kept
+from tests.support import factories as f
+from tests.support.openrtb import MIGRATION_GUIDE, queue_kept
+from tests.support.servers import ServerUrls
 
 OPENAPI = "/functions/v1/openrtb-2-6/openapi.json"
 PREFIX = "/functions/v1/openrtb-2-6"

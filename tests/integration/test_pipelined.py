@@ -19,7 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from store.local_servers import free_port
 from store.pipelined import BATCH_COMMANDS, PipelinedRedis, PipelinedScript
-from tests.conftest import ServerUrls
+from tests.support.servers import ServerUrls
 
 
 @pytest.fixture

@@ -22,9 +22,9 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from bidder.http.app import create_app
-from tests.conftest import ServerUrls, make_settings, wait_for_inventory
-from tests.factories import PUB, basic_document, make_key, seed
-from tests.integration._admin_helpers import ADMIN, Client, bearer
+from tests.support.admin import ADMIN, Client, bearer
+from tests.support.factories import PUB, basic_document, make_key, seed
+from tests.support.servers import ServerUrls, make_settings, wait_for_inventory
 
 SCREENS = "/functions/v1/api/screens"
 #: What "answers at once" means here: the service waits about 0.5 s for Postgres, far below
@@ -205,8 +205,8 @@ async def test_admin_and_screens_answer_503_while_postgres_is_unresponsive(
 
     proxy.freeze()
     for path, headers in (
-        (SCREENS, publisher),  # publisher screens: bidder.web.postgres
-        ("/admin/v1/inventory", ADMIN),  # admin: bidder.web.postgres
+        (SCREENS, publisher),  # publisher screens: bidder.http.web.postgres
+        ("/admin/v1/inventory", ADMIN),  # admin: bidder.http.web.postgres
         (f"/admin/v1/deals/{uuid.uuid4()}", ADMIN),  # admin records: records_routes._fetch
     ):
         response = await _timed(client, "GET", path, headers=headers)

@@ -24,8 +24,8 @@ from store.hot import QUEUE_GROUP, Answered, Reserved, queue_key, queue_keys
 from store.postgres import create_pool
 from store.reconcile import check_balances
 from store.records import RecordWriter, dead_letter_key, ensure_groups
-from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING
-from tests.integration._records_support import (
+from tests.support.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING
+from tests.support.records import (
     Expected,
     assert_balanced,
     assert_exactly_once,
@@ -102,7 +102,7 @@ async def test_every_record_type_is_written_once_with_exact_money(
             "SELECT count(*) FROM offers WHERE channel = 'openrtb' AND auction_id IS NOT NULL"
         )
         assert auction == 6
-    # per round (see _records_support.MIX), outcome records only, none for a reservation:
+    # per round (see tests/support/records.py, MIX), outcome records only, none for a reservation:
     # accept + playout 2, reject 1, open 0, expiry 1, impression billed + 2 tracking + loss 4,
     # loss 1
     assert expected.records == 3 * 9

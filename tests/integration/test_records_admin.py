@@ -22,11 +22,18 @@ from store.local_servers import free_port
 from store.postgres import create_pool
 from store.reconcile import reconcile, summarize
 from store.records import RecordWriter
-from tests.conftest import ADMIN_TOKEN, ServerUrls, make_settings, wait_for_inventory
-from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING, basic_document, seed
-from tests.integration._admin_helpers import parsed
-from tests.integration._core_helpers import live_app
-from tests.integration._records_support import (
+from tests.support.admin import parsed
+from tests.support.cli import audit_lines, bidder, cli_env
+from tests.support.core import live_app
+from tests.support.factories import (
+    CAMPAIGN,
+    CREATIVE_VIDEO,
+    PUB,
+    SCREEN_MOVING,
+    basic_document,
+    seed,
+)
+from tests.support.records import (
     ACCEPTED,
     accept_offer,
     billing_payload,
@@ -36,7 +43,7 @@ from tests.integration._records_support import (
     prepare,
     reserve_offer,
 )
-from tests.integration.test_cli import audit_lines, bidder, cli_env
+from tests.support.servers import ADMIN_TOKEN, ServerUrls, make_settings, wait_for_inventory
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 

@@ -27,8 +27,8 @@ from pglast import parse_sql
 from pglast.enums import AlterTableType, ConstrType
 
 from store.postgres import migrate, migration_files
-from tests.conftest import ServerUrls
-from tests.paths import STANDARDS
+from tests.support.paths import STANDARDS
+from tests.support.servers import ServerUrls
 
 ROOT = Path(__file__).resolve().parents[2]
 MIGRATIONS = ROOT / "store" / "migrations"

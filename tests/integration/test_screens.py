@@ -13,8 +13,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tests.conftest import ServerUrls, wait_for_inventory
-from tests.factories import (
+from tests.support.admin import ADMIN, NEW_SCREEN, Client, bearer, started_client
+from tests.support.factories import (
     PUB,
     PUB_OTHER,
     SCREEN_MOVING,
@@ -25,7 +25,7 @@ from tests.factories import (
     make_key,
     seed,
 )
-from tests.integration._admin_helpers import ADMIN, Client, bearer, started_client
+from tests.support.servers import ServerUrls, wait_for_inventory
 
 SCREENS = "/functions/v1/api/screens"
 
@@ -80,20 +80,6 @@ async def reaches_matching(client: Client, check: Any, within: float = 2.0) -> N
             return
         await asyncio.sleep(0.05)
     raise AssertionError("the change did not reach the snapshot in time")
-
-
-NEW_SCREEN = {
-    "name": "Platform 9",
-    "type": "slow",
-    "width": 1080,
-    "height": 1920,
-    "external_id": "ext-new-9",
-    "audience_per_play": 42.5,
-    "venue_type": "transit.train_stations",
-    "timezone": "Europe/Berlin",
-    "lat": 52.5,
-    "lon": 13.4,
-}
 
 
 @pytest.mark.parametrize(

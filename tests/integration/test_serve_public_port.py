@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from store.local_servers import free_port
-from tests.conftest import ServerUrls
-from tests.integration.test_cli import cli_env
+from tests.support.cli import cli_env
+from tests.support.servers import ServerUrls
 
 WARNING = "PUBLIC_BASE_URL"
 

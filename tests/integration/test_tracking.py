@@ -18,22 +18,24 @@ from bidder.tracking import PIXEL
 from matching.money import split_gross
 from store.hot import HotState, connect
 from store.pipelined import PipelinedRedis
-from tests import factories as f
-from tests.conftest import ServerUrls
-from tests.integration._core_helpers import Live, live_app
-from tests.integration.test_openrtb_bid import (
+from tests.support import factories as f
+from tests.support.core import Live, live_app
+from tests.support.openrtb import (
+    NS,
     assert_deprecated,
     assert_error,
     bid_request,
+    local,
     post_bid,
     queue_kept,
     queue_records,
     seeded,
+    substitute,
+    tracking_of,
 )
-from tests.integration.test_openrtb_loss import local, substitute
+from tests.support.servers import ServerUrls
 
 PRICE_MICROS = 29_867_500  # 250 cents CPM x 119.47 / 1000 = 29.8675 cents
-NS = {"v": "http://www.iab.com/VAST"}
 
 
 @pytest.fixture
@@ -48,15 +50,6 @@ async def make_bid(live: Live) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     bid: dict[str, Any] = response.json()["seatbid"][0]["bid"][0]
     return bid
-
-
-def tracking_of(bid: dict[str, Any]) -> dict[str, str]:
-    """event -> URL, from the bid's VAST."""
-    root = ET.fromstring(bid["adm"])
-    urls = {"impression": root.findtext(".//v:Impression", namespaces=NS) or ""}
-    for tracking in root.findall(".//v:Tracking", NS):
-        urls[tracking.get("event") or ""] = tracking.text or ""
-    return urls
 
 
 def fired(url: str, price: str = "0.30", aud: str = "119.47") -> str:

@@ -13,11 +13,11 @@ import httpx
 import pytest
 
 from bidder.settings import Settings
-from tests.conftest import ADMIN_TOKEN
-from tests.factories import CAMPAIGN, SCREEN_MOVING
-from tests.integration._core_helpers import API, Core, live_app, prepare
-from tests.integration.test_openrtb_bid import BID, assert_error, bid_request
-from tests.integration.test_screens import NEW_SCREEN
+from tests.support.admin import NEW_SCREEN
+from tests.support.core import API, Core, live_app, prepare
+from tests.support.factories import CAMPAIGN, SCREEN_MOVING
+from tests.support.openrtb import BID, assert_error, bid_request
+from tests.support.servers import ADMIN_TOKEN
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 JSON = {"Content-Type": "application/json"}

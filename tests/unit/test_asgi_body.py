@@ -1,4 +1,4 @@
-"""The request body's deadline (bidder.asgi): a 408 when nothing more arrives in time, never
+"""The request body's deadline (bidder.http.asgi): a 408 when nothing more arrives in time, never
 when the parts keep coming, and never in place of a cancellation from outside."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import pytest
 from matching.engine import Budget, Match, NoMatch, VideoSlot, select
 from matching.inventory import Daypart, Targeting
 from matching.snapshot import Snapshot, build_snapshot
-from tests.factories import (
+from tests.support.factories import (
     CAMPAIGN,
     PUB,
     PUB_OTHER,

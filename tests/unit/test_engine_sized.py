@@ -16,14 +16,14 @@ from matching.engine import (
     Budget,
     Match,
     NoMatch,
+    Scan,
     VideoSlot,
-    _Scan,
     candidates,
     select,
 )
 from matching.inventory import Targeting
 from matching.snapshot import build_snapshot
-from tests.factories import SCREEN_MOVING, basic_document, campaign, creative, uid
+from tests.support.factories import SCREEN_MOVING, basic_document, campaign, creative, uid
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 SIZES = [(1920, 1080), (1080, 1920), (1280, 720)]
@@ -94,7 +94,7 @@ def test_sized_scan_answers_as_the_whole_list(
         exclude=exclude,
     )
     local = NOW.astimezone(screen.zone)
-    whole = _Scan(NOW, local.weekday(), local.hour, budgets, frozenset(exclude), min_price).best(
+    whole = Scan(NOW, local.weekday(), local.hour, budgets, frozenset(exclude), min_price).best(
         candidates(snap, screen), screen, Decimal(10), 100_000, slot
     )
     assert type(got) is type(whole)

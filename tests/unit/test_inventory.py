@@ -19,7 +19,7 @@ from matching.inventory import (
     mime_type_for,
     validate_document,
 )
-from tests.factories import (
+from tests.support.factories import (
     ADV,
     CAMPAIGN,
     PUB,

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from matching.engine import VideoSlot, pick_creative
 from matching.snapshot import CreativeInfo, build_snapshot
-from tests.factories import CAMPAIGN, basic_document, creative, screen, uid
+from tests.support.factories import CAMPAIGN, basic_document, creative, screen, uid
 
 _RICHNESS = {"video": 0, "cinemagraph": 1, "image": 2}
 #: The contract's table of screen types and assets, written out here rather than imported.

@@ -22,7 +22,7 @@ from matching.money import (
     scaled_exactly,
 )
 from matching.snapshot import build_snapshot
-from tests.factories import CAMPAIGN, basic_document, campaign
+from tests.support.factories import CAMPAIGN, basic_document, campaign
 
 # Any CPM a campaign can carry (up to 9e9 cents, 6 decimal places) and any audience Postgres
 # can hold (NUMERIC(14, 4)), plus small values where half-way cases are frequent.

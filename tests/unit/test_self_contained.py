@@ -153,7 +153,7 @@ def broken_citations(path: Path, text: str) -> list[str]:
 
 def test_the_tree_is_listed() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in tracked_files()}
-    assert {"README.md", "docs/contract.md", "tests/paths.py"} <= names
+    assert {"README.md", "docs/contract.md", "tests/support/paths.py"} <= names
 
 
 def test_nothing_reads_or_cites_a_path_outside_the_repository() -> None:

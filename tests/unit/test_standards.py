@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 from referencing import Registry, Resource
 
-from tests.paths import OPENRTB_SCHEMAS
+from tests.support.paths import OPENRTB_SCHEMAS
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "openrtb"
 #: Fixtures answered with a bid or a no-bid: well-formed, valid OpenRTB by the service's account.

@@ -11,7 +11,7 @@ import pytest
 from bidder.settings import Settings, load_settings
 from bidder.signing import verify
 from bidder.vast import VastAd, duration_hms, render_vast, tracking_urls
-from tests.vast_check import assert_valid_vast
+from tests.support.vast_check import assert_valid_vast
 
 NS = {"v": "http://www.iab.com/VAST"}
 OFFER = "3f2b8c1e-0000-4000-8000-000000000001"

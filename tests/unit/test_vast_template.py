@@ -23,7 +23,7 @@ from bidder.vast import LINEAR_EVENTS, VastAd, match_vast, render_vast, tracking
 from matching.engine import Match
 from matching.money import cents_text, micros_to_cents
 from matching.snapshot import CampaignInfo, Snapshot, build_snapshot
-from tests.factories import (
+from tests.support.factories import (
     CAMPAIGN,
     SCREEN_MOVING,
     advertiser,
@@ -31,7 +31,7 @@ from tests.factories import (
     campaign,
     creative,
 )
-from tests.vast_check import assert_valid_vast
+from tests.support.vast_check import assert_valid_vast
 
 NOW_MS = 1_700_000_000_000
 OFFER = "3f2b8c1e-0000-4000-8000-000000000001"

@@ -33,7 +33,14 @@ from store.hot import (
 )
 from store.postgres import Conn
 from store.records import RecordWriter, queue_stats
-from tests.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING, basic_document, seed
+from tests.support.factories import (
+    CAMPAIGN,
+    CREATIVE_VIDEO,
+    PUB,
+    SCREEN_MOVING,
+    basic_document,
+    seed,
+)
 
 RATE = Decimal("0.15")
 PRICE = 2_500_000  # cpm 250 cents x audience 10 / 1000 = 2.5 cents a play

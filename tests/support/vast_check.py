@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import xmlschema
 from lxml import etree
 
-from tests.paths import VAST_4_0_XSD
+from tests.support.paths import VAST_4_0_XSD
 
 NS = {"v": "http://www.iab.com/VAST"}
 

@@ -25,7 +25,7 @@ from bidder.http.app import create_app
 from bidder.runtime import Runtime
 from bidder.settings import Settings
 from matching.inventory import InventoryDocument
-from tests.factories import PUB_OTHER, basic_document, make_key, seed
+from tests.support.factories import PUB_OTHER, basic_document, make_key, seed
 
 API = "/functions/v1/api"
 PLAY_PRICE_MICROS = 2_500_000  # 250 cpm x 10 audience / 1000 = 2.5 cents

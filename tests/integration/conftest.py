@@ -1,0 +1,38 @@
+"""Fixtures of the integration tests (the app in process on the session's real servers). The
+servers and the clean slate come from `tests/conftest.py`, shared with the end-to-end tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from redis.asyncio import Redis
+
+from bidder.http.app import create_app
+from bidder.settings import Settings
+from store.hot import connect
+from tests.support.servers import ServerUrls, make_settings
+
+
+@pytest.fixture(scope="session")
+def settings(servers: ServerUrls) -> Settings:
+    return make_settings(servers)
+
+
+@pytest.fixture
+async def redis_client(servers: ServerUrls, clean: None) -> AsyncIterator[Redis]:
+    """An asyncio Redis client on the (flushed) test server, closed after the test."""
+    client = connect(servers.redis_url, timeout=2.0)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def app_client(settings: Settings, clean: None) -> AsyncIterator[AsyncTestClient[Litestar]]:
+    """The whole app on the real servers, started with its lifespan (background loops too).
+    Seed inventory before the first request, then call `wait_for_inventory`."""
+    app = create_app(settings)
+    async with AsyncTestClient(app) as client:
+        yield client
