@@ -21,6 +21,7 @@ from store.errors import OUTAGE, REDIS_DOWN
 from store.hot import (
     INVENTORY_COPY_FORMAT,
     HotState,
+    InventoryCopies,
     copy_stamp,
     decode_inventory_copy,
     encode_inventory_copy,
@@ -50,6 +51,8 @@ class InventoryLoader:
         self.settings = settings
         self.postgres = postgres
         self.hot = hot
+        #: Where this worker keeps and finds the signed inventory copy, over the same client.
+        self.copies = InventoryCopies(hot.redis)
         self.metrics = metrics
         self.snapshot: Snapshot | None = None
         self.source = "postgres"
@@ -167,9 +170,9 @@ class InventoryLoader:
         of Postgres to an older version it follows Postgres)."""
         stamp = self._copy_stamp(version)
         try:
-            if await self.hot.stored_copy_stamp() == stamp:
+            if await self.copies.stored_copy_stamp() == stamp:
                 return False
-            return await self.hot.claim_copy_write(stamp)
+            return await self.copies.claim_copy_write(stamp)
         except REDIS_DOWN as exc:
             self._note_copy_problem(f"not checked: {type(exc).__name__}")
             return False
@@ -189,9 +192,9 @@ class InventoryLoader:
         try:
             copy, mac = await asyncio.to_thread(encoded)
             try:
-                await self.hot.save_inventory_copy(stamp, mac, copy)
+                await self.copies.save_inventory_copy(stamp, mac, copy)
             finally:
-                await self.hot.release_copy_claim(stamp)
+                await self.copies.release_copy_claim(stamp)
         except REDIS_DOWN as exc:
             self._note_copy_problem(f"not written: {type(exc).__name__}")
             return
@@ -216,7 +219,7 @@ class InventoryLoader:
         configured secret (anything that can write to Redis could otherwise give a worker
         keys), is refused once and not read again until another copy is there. True when a
         copy was loaded."""
-        found = await self.hot.load_inventory_copy()
+        found = await self.copies.load_inventory_copy()
         if found is None:
             return False
         stamp, mac, copy = found

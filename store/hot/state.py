@@ -26,7 +26,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from matching.engine import Budget
 from matching.snapshot import SHARDS, CampaignInfo
 from store.hot.ids import day_of, epoch_ms, hour_of, new_id, shard_of
-from store.hot.inventory_copy import InventoryCopies
 from store.hot.keys import (
     billing_codes_key,
     budget_key,
@@ -132,9 +131,8 @@ class _ClientScript:
         return await self._script(keys=keys, args=args)
 
 
-class HotState(InventoryCopies):
-    """Typed calls onto the Lua scripts; one Redis round trip each. The inventory copy's
-    storage (`InventoryCopies`) comes with it, over the same redis-py client.
+class HotState:
+    """Typed calls onto the Lua scripts; one Redis round trip each.
 
     With `fast` (a PipelinedRedis) the scripts run auto-pipelined on it, the hot path's way;
     everything else (reads, syncs) goes through the redis-py client.
@@ -160,7 +158,7 @@ class HotState(InventoryCopies):
         retention_ms: int = 25 * 3_600_000,
         deal_ttl_ms: int = 30 * 86_400_000,
     ) -> None:
-        super().__init__(redis)
+        self.redis = redis
         self._fast = fast
         self.retention_ms = retention_ms
         self.deal_ttl_ms = deal_ttl_ms

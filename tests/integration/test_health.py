@@ -233,11 +233,11 @@ async def test_the_copy_follows_the_version_postgres_has(
     async with AsyncTestClient(app) as client:
         await wait_for_inventory(client)
         rt: Runtime = client.app.state.runtime
-        hot = rt.hot
+        copies = rt.inventory.copies
 
         def stored() -> int | None:
             """The inventory version the stored copy says it holds."""
-            stamp = client.blocking_portal.call(hot.stored_copy_stamp)
+            stamp = client.blocking_portal.call(copies.stored_copy_stamp)
             return None if stamp is None else int(stamp.split(":")[1])
 
         async def settles_at(version: int) -> None:
@@ -256,12 +256,12 @@ async def test_the_copy_follows_the_version_postgres_has(
             await wait_for_inventory(client)
             newer = rt.inventory.snapshot.version
             await settles_at(newer)
-            found = client.blocking_portal.call(hot.load_inventory_copy)
+            found = client.blocking_portal.call(copies.load_inventory_copy)
             assert found is not None
             kept = decode_inventory_copy(found[2])
             assert {s.id: s.name for s in kept.document.screens}[SCREEN_STATIC] == "Renamed"
 
-            stamp = client.blocking_portal.call(hot.stored_copy_stamp)
+            stamp = client.blocking_portal.call(copies.stored_copy_stamp)
             assert stamp is not None
             layout, _, signed_by = stamp.split(":")
             await redis_client.hset(
