@@ -129,7 +129,7 @@ def test_a_string_that_is_not_utf8_is_malformed_json(raw: bytes) -> None:
         ({"imp__0__tagid": "", "imp__0__video": 5}, "NO_EXTERNAL_SCREEN_ID"),
         ({"imp__0__qty": 119, "imp__0__ext": {"totalaud": 119}}, "NO_TOTAL_AUDIENCE"),
         ({"imp__0__qty": None, "imp__0__ext": [119]}, "NO_TOTAL_AUDIENCE"),
-        # An empty video object is a video object, on either path (second reading)
+        # An empty video object is a video object, on either path
         ({"imp__0__video": {}}, "NO_RESOLUTION"),
         ({"imp__0__video": {}, "imp__0__pmp": "x"}, "NO_RESOLUTION"),
     ],
