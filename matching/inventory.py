@@ -92,10 +92,22 @@ class Publisher(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_screens: int = DEFAULT_MAX_SCREENS
 
 
+#: The category taxonomy of `categories` unless an item names another: AdCOM's list "Category
+#: Taxonomies", where 1 is IAB Tech Lab Content Category Taxonomy 1.0 (`IAB1`, `IAB1-5`, ...).
+DEFAULT_CATTAX = 1
+#: The most categories one advertiser or campaign carries, and the longest category id.
+MAX_CATEGORIES = 64
+MAX_CATEGORY_CHARS = 64
+
+
 class Advertiser(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     id: str
     name: str
     domain: str
+    #: The advertiser's IAB content categories (ids of the `cattax` taxonomy); OpenRTB `bcat`
+    #: blocks by them, and a bid carries them as `cat`. None: no categories.
+    categories: list[str] | None = None
+    cattax: int = DEFAULT_CATTAX
 
 
 class BillingCode(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -154,6 +166,9 @@ class Campaign(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: is not served by the campaign. None: no cap.
     max_price_per_play_cents: Decimal | None = None
     targeting: Targeting = msgspec.field(default_factory=Targeting)
+    #: The campaign's own IAB content categories; None: its advertiser's (with their cattax).
+    categories: list[str] | None = None
+    cattax: int = DEFAULT_CATTAX
 
 
 class Creative(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -450,6 +465,7 @@ def validate_document(
             check.add("advertisers", i, adv.id, "name", "must not be empty")
         if not adv.domain.strip() or " " in adv.domain or "/" in adv.domain:
             check.add("advertisers", i, adv.id, "domain", "must be a domain such as brand.example")
+        _check_categories(check, "advertisers", i, adv.id, adv.categories, adv.cattax)
 
     _validate_billing_codes(check, doc.billing_codes, advertisers, publishers)
     _validate_screens(check, doc.screens, publishers, bounds)
@@ -610,6 +626,42 @@ def _validate_campaigns(check: _Checker, campaigns: list[Campaign], advertisers:
                 f"must be from 1 to {_INT4_MAX}",
             )
         _check_targeting(check, i, cmp)
+        _check_categories(check, "campaigns", i, cmp.id, cmp.categories, cmp.cattax)
+
+
+def _check_categories(
+    check: _Checker,
+    kind: str,
+    index: int,
+    item_id: str,
+    categories: list[str] | None,
+    cattax: int,
+) -> None:
+    """Category ids: at most MAX_CATEGORIES, each 1 to MAX_CATEGORY_CHARS characters without
+    blanks or commas (the Core API's `blocked_categories` is a comma-separated list of them);
+    `cattax` a taxonomy number as AdCOM counts them (1 and up)."""
+    if not 0 < cattax <= _INT4_MAX:
+        check.add(kind, index, item_id, "cattax", f"must be from 1 to {_INT4_MAX}")
+    if categories is None:
+        return
+    if len(categories) > MAX_CATEGORIES:
+        check.add(kind, index, item_id, "categories", f"must hold at most {MAX_CATEGORIES} ids")
+    for category in categories:
+        if (
+            not 0 < len(category) <= MAX_CATEGORY_CHARS
+            or category != category.strip()
+            or " " in category
+            or "," in category
+        ):
+            check.add(
+                kind,
+                index,
+                item_id,
+                "categories",
+                f"must hold category ids of 1 to {MAX_CATEGORY_CHARS} characters, without "
+                "blanks or commas (such as IAB1-5)",
+            )
+            break
 
 
 def _check_targeting(check: _Checker, index: int, cmp: Campaign) -> None:

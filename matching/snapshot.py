@@ -7,12 +7,14 @@ a request reads one consistent view while a newer snapshot is being built beside
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from matching.inventory import (
+    DEFAULT_CATTAX,
     DEFAULT_MAX_AUDIENCE_PER_PLAY,
     SCREEN_TYPES,
     Advertiser,
@@ -85,6 +87,15 @@ class CampaignInfo:
     cpm_micros: int | None
     #: The most one play may cost (micro-cents); None: no cap.
     max_price_micros: int | None
+    #: The IAB categories a bid carries as `cat` (the campaign's own, else its advertiser's) and
+    #: their taxonomy (`cattax`).
+    categories: tuple[str, ...]
+    cattax: int
+    #: What a block names the campaign by, computed once: (cattax, category) for each category
+    #: and, in taxonomy 1, its tier-1 parent (`IAB1` blocks `IAB1-5`); the advertiser's domain
+    #: in lower case and each parent domain (`ford.com` blocks `shop.ford.com`).
+    category_keys: frozenset[tuple[int, str]]
+    domain_keys: frozenset[str]
     ranked_creatives: dict[str, tuple[CreativeInfo, ...]] = field(compare=False)
 
     def in_flight(self, now: datetime) -> bool:
@@ -176,8 +187,33 @@ class Snapshot:
         return self.billing_codes.get((advertiser_id, publisher_id))
 
 
-def _campaign_info(campaign: Campaign, creatives: list[Creative]) -> CampaignInfo:
+def category_keys(cattax: int, categories: Iterable[str]) -> frozenset[tuple[int, str]]:
+    """The (cattax, id) pairs a block of these categories matches: each id, and in taxonomy 1
+    (ids `IAB<n>-<m>` under tier 1 `IAB<n>`) its tier-1 parent too, so that blocking `IAB7`
+    blocks every `IAB7-*`."""
+    keys = set()
+    for category in categories:
+        keys.add((cattax, category))
+        if cattax == DEFAULT_CATTAX and "-" in category:
+            keys.add((cattax, category.split("-", 1)[0]))
+    return frozenset(keys)
+
+
+def domain_keys(domain: str) -> frozenset[str]:
+    """A domain in lower case and every parent domain it belongs to (`shop.ford.com`:
+    `shop.ford.com`, `ford.com`, `com`): a blocked domain blocks its subdomains."""
+    labels = domain.strip().lower().rstrip(".").split(".")
+    return frozenset(".".join(labels[i:]) for i in range(len(labels)) if labels[i])
+
+
+def _campaign_info(
+    campaign: Campaign, creatives: list[Creative], advertiser: Advertiser | None = None
+) -> CampaignInfo:
     t = campaign.targeting
+    if campaign.categories is not None or advertiser is None:
+        categories, cattax = tuple(campaign.categories or ()), campaign.cattax
+    else:
+        categories, cattax = tuple(advertiser.categories or ()), advertiser.cattax
     approved = tuple(
         CreativeInfo(
             id=c.id,
@@ -223,6 +259,10 @@ def _campaign_info(campaign: Campaign, creatives: list[Creative]) -> CampaignInf
             if campaign.max_price_per_play_cents is None
             else cents_to_micros(campaign.max_price_per_play_cents, exact=False)
         ),
+        categories=categories,
+        cattax=cattax,
+        category_keys=category_keys(cattax, categories),
+        domain_keys=domain_keys(advertiser.domain) if advertiser is not None else frozenset(),
         ranked_creatives=_ranked_creatives(approved),
     )
 
@@ -280,8 +320,12 @@ def build_snapshot(
     creatives_by_campaign: dict[str, list[Creative]] = {}
     for creative in doc.creatives:
         creatives_by_campaign.setdefault(creative.campaign_id, []).append(creative)
+    advertisers = {a.id: a for a in doc.advertisers}
     campaigns = {
-        c.id: _campaign_info(c, creatives_by_campaign.get(c.id, [])) for c in doc.campaigns
+        c.id: _campaign_info(
+            c, creatives_by_campaign.get(c.id, []), advertisers.get(c.advertiser_id)
+        )
+        for c in doc.campaigns
     }
     servable = sorted(
         (c for c in campaigns.values() if c.active and c.creatives),
@@ -317,7 +361,7 @@ def build_snapshot(
     return Snapshot(
         version=version,
         publishers={p.id: _publisher_info(p) for p in doc.publishers},
-        advertisers={a.id: a for a in doc.advertisers},
+        advertisers=advertisers,
         screens=screens,
         screens_by_external_id=by_external,
         campaigns=campaigns,

@@ -60,7 +60,7 @@ _TABLES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
         ),
         ("id",),
     ),
-    "advertisers": ("advertisers", ("id", "name", "domain"), ("id",)),
+    "advertisers": ("advertisers", ("id", "name", "domain", "categories", "cattax"), ("id",)),
     "screens": (
         "screens",
         (
@@ -95,6 +95,8 @@ _TABLES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
             "max_plays_per_screen_per_hour",
             "max_price_per_play_cents",
             "targeting",
+            "categories",
+            "cattax",
         ),
         ("id",),
     ),
@@ -389,7 +391,13 @@ async def export_document(conn: Conn) -> InventoryDocument:
         for r in await conn.fetch("SELECT * FROM publishers ORDER BY id")
     ]
     advertisers = [
-        Advertiser(id=str(r["id"]), name=r["name"], domain=r["domain"])
+        Advertiser(
+            id=str(r["id"]),
+            name=r["name"],
+            domain=r["domain"],
+            categories=r["categories"],
+            cattax=r["cattax"],
+        )
         for r in await conn.fetch("SELECT * FROM advertisers ORDER BY id")
     ]
     billing_codes = [
@@ -460,6 +468,8 @@ def _campaign(r: asyncpg.Record) -> Campaign:
         max_plays_per_screen_per_hour=r["max_plays_per_screen_per_hour"],
         max_price_per_play_cents=_dec(r["max_price_per_play_cents"]),
         targeting=targeting,
+        categories=r["categories"],
+        cattax=r["cattax"],
     )
 
 

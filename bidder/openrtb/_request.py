@@ -24,6 +24,7 @@ import msgspec
 
 from bidder.errors import UNREADABLE_JSON, BadRequest
 from bidder.json_keys import refuse_duplicate_keys
+from matching.inventory import DEFAULT_CATTAX
 from matching.json_numbers import JSON_INT_OUT_OF_RANGE, json_tree_with_big_integers
 from matching.money import decimal_places, json_decimal
 
@@ -64,6 +65,7 @@ class ImpExt(msgspec.Struct):
 class Imp(msgspec.Struct):
     id: Any = None
     tagid: Any = None
+    exp: Any = None
     video: Video | None = None
     banner: Any = None
     pmp: Pmp | None = None
@@ -75,6 +77,11 @@ class BidRequestView(msgspec.Struct):
     id: Any = None
     at: Any = None
     imp: list[Imp] | None = None
+    test: Any = None
+    cur: Any = None
+    badv: Any = None
+    bcat: Any = None
+    cattax: Any = None
 
 
 class IdView(msgspec.Struct):
@@ -87,6 +94,10 @@ _decoder = msgspec.json.Decoder(BidRequestView, float_hook=json_decimal)
 _tree_decoder = msgspec.json.Decoder(float_hook=json_decimal)
 _id_decoder = msgspec.json.Decoder(IdView)
 _encoder = msgspec.json.Encoder(decimal_format="number")
+
+
+#: The one currency this interface bids in (`cur` of every answer).
+EUR = "EUR"
 
 
 class BidAsk(msgspec.Struct, frozen=True):
@@ -104,6 +115,19 @@ class BidAsk(msgspec.Struct, frozen=True):
     #: The audience as sent, for the minimum bid: `audience` is rounded to 18 decimals for the
     #: price, and a floor computed from the rounded one could be undercut by a cent.
     floor_audience: Decimal
+    #: `pmp.deals[0].bidfloorcur`, upper case; EUR when absent (the contract's floor is in EUR).
+    floor_currency: str = EUR
+    #: Whether `cur`, when sent, lists EUR (the only currency this interface bids in).
+    takes_eur: bool = True
+    #: `test: 1`: answered like a live bid, but nothing is reserved, billed or stored.
+    test: bool = False
+    #: `imp[0].exp` in whole seconds when it is a positive number, else None.
+    exp_seconds: int | None = None
+    #: `badv`, `bcat` and `cattax` as sent; None when a list is not an array of strings (no
+    #: bid: a block the bridge cannot read is never ignored).
+    blocked_domains: tuple[str, ...] | None = ()
+    blocked_categories: tuple[str, ...] | None = ()
+    cattax: int = DEFAULT_CATTAX
 
 
 def _invalid(code: str, message: str, **details: Any) -> BadRequest:
@@ -163,7 +187,16 @@ def _lenient_view(tree: Any) -> BidRequestView:
         # Only the count matters unless there is exactly one (a 1 MB `[1, 1, ...]` must not
         # become half a million Imps).
         imps = [_lenient_imp(raw_imps[0])] if len(raw_imps) == 1 else [Imp()] * len(raw_imps)
-    return BidRequestView(id=request.get("id"), at=request.get("at"), imp=imps)
+    return BidRequestView(
+        id=request.get("id"),
+        at=request.get("at"),
+        imp=imps,
+        test=request.get("test"),
+        cur=request.get("cur"),
+        badv=request.get("badv"),
+        bcat=request.get("bcat"),
+        cattax=request.get("cattax"),
+    )
 
 
 def _lenient_imp(value: Any) -> Imp:
@@ -174,6 +207,7 @@ def _lenient_imp(value: Any) -> Imp:
     return Imp(
         id=imp.get("id"),
         tagid=imp.get("tagid"),
+        exp=imp.get("exp"),
         video=(
             Video(video.get("w"), video.get("h"), video.get("mimes")) if video is not None else None
         ),
@@ -273,6 +307,7 @@ def _judge(request: BidRequestView) -> BidAsk:
             "INVALID_REQUEST", f"imp[0].id is required: a string of 1 to {MAX_ID_CHARS} characters"
         )
     mimes = _mimes(video.mimes)
+    cur = request.cur
     return BidAsk(
         request_id=request.id,
         imp_id=imp.id,
@@ -284,7 +319,40 @@ def _judge(request: BidRequestView) -> BidAsk:
         bidfloor=deal[1],
         audience=audience,
         floor_audience=floor_audience,
+        floor_currency=deal[2],
+        takes_eur=cur is None or (type(cur) is list and _lists_eur(cur)),
+        test=request.test == 1 or request.test is True,
+        exp_seconds=_exp_seconds(imp.exp),
+        blocked_domains=_strings(request.badv),
+        blocked_categories=_strings(request.bcat),
+        cattax=request.cattax if _is_int(request.cattax) and request.cattax > 0 else DEFAULT_CATTAX,
     )
+
+
+def _lists_eur(cur: list[Any]) -> bool:
+    return any(type(code) is str and code.strip().upper() == EUR for code in cur)
+
+
+def _exp_seconds(value: Any) -> int | None:
+    """`imp.exp` in whole seconds (a fraction rounds down: the offer never outlives the SSP's
+    wait), or None when it is no positive number (then the configured TTL stands)."""
+    seconds = _number(value)
+    if seconds is None or seconds < 1:
+        return None
+    return int(min(seconds, Decimal(10**9)))
+
+
+def _strings(value: Any) -> tuple[str, ...] | None:
+    """A block list: () when absent or null, its strings when an array of strings, None when
+    it is anything else (the caller answers no bid rather than ignore a block)."""
+    if value is None:
+        return ()
+    if type(value) is not list:
+        return None
+    for item in value:
+        if type(item) is not str:
+            return None
+    return tuple(value)
 
 
 #: The longest text of a client's value an error's details repeat.
@@ -343,8 +411,10 @@ def _mimes(value: Any) -> frozenset[str] | None:
     return frozenset([mime.strip().lower() for mime in value])
 
 
-def _first_deal(imp: Imp) -> tuple[str, Decimal]:
-    """(deal id, bidfloor) of `imp.pmp.deals[0]`, the deal this interface bids on."""
+def _first_deal(imp: Imp) -> tuple[str, Decimal, str]:
+    """(deal id, bidfloor, bidfloorcur) of `imp.pmp.deals[0]`, the deal this interface bids on.
+    The currency is upper case, EUR when absent; one that is no string reads as `?` (no known
+    currency: no bid)."""
     deals = imp.pmp.deals if imp.pmp is not None else None
     if not isinstance(deals, list) or not deals:
         raise _invalid("NO_PMP_DEALS", "imp[0].pmp.deals must hold at least one deal")
@@ -362,7 +432,10 @@ def _first_deal(imp: Imp) -> tuple[str, Decimal]:
         raise _invalid(
             "NO_PMP_DEALS", "imp[0].pmp.deals[0].bidfloor is required: a CPM in EUR, 0 or more"
         )
-    return deal_id, floor
+    currency = first.get("bidfloorcur")
+    if currency is None:
+        return deal_id, floor, EUR
+    return deal_id, floor, currency.strip().upper() if type(currency) is str else "?"
 
 
 def _audience(imp: Imp) -> tuple[Decimal, Decimal]:
