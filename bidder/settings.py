@@ -68,6 +68,8 @@ class Settings:
     documentation_url: str = ""
     signing_secrets_rotated_at: datetime | None = None
     reconcile_check_seconds: float = 300.0
+    #: How old (days since its `as_of`) an exchange rate may be and still convert a floor.
+    exchange_rate_max_age_days: int = 7
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -264,6 +266,7 @@ def load_settings(
         documentation_url=env.get("DOCUMENTATION_URL", f"{public_base_url}/docs/api-openrtb"),
         signing_secrets_rotated_at=_moment(env, "SIGNING_SECRETS_ROTATED_AT", problems),
         reconcile_check_seconds=_positive_float(env, "RECONCILE_CHECK_SECONDS", 300.0, problems),
+        exchange_rate_max_age_days=_positive_int(env, "EXCHANGE_RATE_MAX_AGE_DAYS", 7, problems),
     )
     if problems:
         raise SettingsError(problems)

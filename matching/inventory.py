@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Literal
 from urllib.parse import urlsplit
@@ -182,6 +182,20 @@ class Creative(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     approved: bool = False
 
 
+#: The most units of a currency one euro may be worth in an exchange rate, and its decimals.
+MAX_UNITS_PER_EUR = Decimal(10) ** 9
+EXCHANGE_RATE_PLACES = 10
+
+
+class ExchangeRate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How many units of `currency` one euro buys on `as_of` (the ECB's way of quoting: USD
+    1.0823 means 1 EUR = 1.0823 USD); an OpenRTB floor in that currency is divided by it."""
+
+    currency: str
+    units_per_eur: Decimal
+    as_of: date
+
+
 class InventoryDocument(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     publishers: list[Publisher] = msgspec.field(default_factory=list)
     advertisers: list[Advertiser] = msgspec.field(default_factory=list)
@@ -189,6 +203,7 @@ class InventoryDocument(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     screens: list[Screen] = msgspec.field(default_factory=list)
     campaigns: list[Campaign] = msgspec.field(default_factory=list)
     creatives: list[Creative] = msgspec.field(default_factory=list)
+    exchange_rates: list[ExchangeRate] = msgspec.field(default_factory=list)
 
 
 #: The inventory document's lists and the type of their items.
@@ -199,6 +214,7 @@ ITEM_TYPES: dict[str, type[msgspec.Struct]] = {
     "screens": Screen,
     "campaigns": Campaign,
     "creatives": Creative,
+    "exchange_rates": ExchangeRate,
 }
 
 
@@ -471,6 +487,7 @@ def validate_document(
     _validate_screens(check, doc.screens, publishers, bounds)
     _validate_campaigns(check, doc.campaigns, advertisers)
     _validate_creatives(check, doc.creatives, campaigns)
+    _validate_exchange_rates(check, doc.exchange_rates)
     for kind in ("publishers", "advertisers", "billing_codes", "screens", "campaigns", "creatives"):
         _check_text(check, kind, getattr(doc, kind))
     return check.problems
@@ -627,6 +644,43 @@ def _validate_campaigns(check: _Checker, campaigns: list[Campaign], advertisers:
             )
         _check_targeting(check, i, cmp)
         _check_categories(check, "campaigns", i, cmp.id, cmp.categories, cmp.cattax)
+
+
+_CURRENCY_CODE = re.compile(r"[A-Z]{3}")
+
+
+def _validate_exchange_rates(check: _Checker, rates: list[ExchangeRate]) -> None:
+    seen: set[str] = set()
+    for i, rate in enumerate(rates):
+        code = rate.currency
+        if _CURRENCY_CODE.fullmatch(code) is None or code == "EUR":
+            check.add(
+                "exchange_rates",
+                i,
+                None,
+                "currency",
+                "must be an ISO 4217 code of three capital letters other than EUR, such as USD",
+            )
+        elif code in seen:
+            check.add("exchange_rates", i, None, "currency", "appears more than once")
+        seen.add(code)
+        value = rate.units_per_eur
+        if not (value.is_finite() and 0 < value < MAX_UNITS_PER_EUR):
+            check.add(
+                "exchange_rates",
+                i,
+                None,
+                "units_per_eur",
+                f"must be greater than 0 and below {MAX_UNITS_PER_EUR}",
+            )
+        elif not _has_places(value, EXCHANGE_RATE_PLACES):
+            check.add(
+                "exchange_rates",
+                i,
+                None,
+                "units_per_eur",
+                f"has more than {EXCHANGE_RATE_PLACES} decimal places",
+            )
 
 
 def _check_categories(

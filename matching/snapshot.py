@@ -20,6 +20,7 @@ from matching.inventory import (
     Advertiser,
     Campaign,
     Creative,
+    ExchangeRate,
     InventoryDocument,
     Publisher,
     Screen,
@@ -182,6 +183,8 @@ class Snapshot:
     candidates_sized: dict[tuple[str, str, int, int], tuple[CampaignInfo, ...]] = field(
         default_factory=dict
     )
+    #: The operator's exchange rates by currency code (an OpenRTB floor in another currency).
+    exchange_rates: dict[str, ExchangeRate] = field(default_factory=dict)
 
     def billing_code(self, advertiser_id: str, publisher_id: str) -> str | None:
         return self.billing_codes.get((advertiser_id, publisher_id))
@@ -374,4 +377,5 @@ def build_snapshot(
         candidates=candidates,
         candidates_by_screen={k: tuple(v) for k, v in by_screen.items()},
         candidates_sized={k: tuple(v) for k, v in sized.items()},
+        exchange_rates={r.currency: r for r in doc.exchange_rates},
     )

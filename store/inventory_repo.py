@@ -22,6 +22,7 @@ from matching.inventory import (
     Campaign,
     Creative,
     Daypart,
+    ExchangeRate,
     InventoryDocument,
     Problem,
     Publisher,
@@ -110,8 +111,21 @@ _TABLES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
         ("advertiser_id", "publisher_id", "code"),
         ("advertiser_id", "publisher_id"),
     ),
+    "exchange_rates": (
+        "exchange_rates",
+        ("currency", "units_per_eur", "as_of"),
+        ("currency",),
+    ),
 }
-_ORDER = ("publishers", "advertisers", "billing_codes", "screens", "campaigns", "creatives")
+_ORDER = (
+    "publishers",
+    "advertisers",
+    "billing_codes",
+    "screens",
+    "campaigns",
+    "creatives",
+    "exchange_rates",
+)
 _CHUNK = 20_000
 
 
@@ -425,7 +439,14 @@ async def export_document(conn: Conn) -> InventoryDocument:
         )
         for r in await conn.fetch("SELECT * FROM creatives ORDER BY id")
     ]
+    exchange_rates = [
+        ExchangeRate(
+            currency=r["currency"], units_per_eur=plain(r["units_per_eur"]), as_of=r["as_of"]
+        )
+        for r in await conn.fetch("SELECT * FROM exchange_rates ORDER BY currency")
+    ]
     return InventoryDocument(
+        exchange_rates=exchange_rates,
         publishers=publishers,
         advertisers=advertisers,
         billing_codes=billing_codes,

@@ -8,6 +8,7 @@ met or MIME type not allowed is 204; a resolution mismatch is 200 `nbr` 0; Redis
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 import msgspec
 
@@ -27,6 +28,7 @@ from bidder.openrtb._response import (
     no_content,
 )
 from bidder.runtime import Runtime, utcnow
+from bidder.settings import Settings
 from bidder.vast import match_vast
 from matching.engine import Blocks, NoMatch, VideoSlot, blocks_of, select
 from matching.money import eur_text, openrtb_min_bid_micros
@@ -62,7 +64,7 @@ async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answ
         raise BadRequest("Content-Type must be application/json")
     ask = parse_bid_request(body)
     screen = snapshot.screens_by_external_id.get((key.publisher_id, ask.tagid))
-    refusal = "unknown_screen" if screen is None else _refusal(ask)
+    refusal = "unknown_screen" if screen is None else _refusal(ask, snapshot, settings, now)
     if refusal is not None or screen is None:
         rt.metrics.count_no_bid(refusal or "unknown_screen")
         return no_content(settings)
@@ -80,17 +82,27 @@ async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answ
     return bid_response(settings, ask.request_id, _bid(rt, snapshot, screen, ask, made, now))
 
 
-def _refusal(ask: BidAsk) -> str | None:
+def _refusal(ask: BidAsk, snapshot: Snapshot, settings: Settings, now: datetime) -> str | None:
     """Why a valid request gets no bid before any campaign is looked at (the no-bid metric's
-    reason), or None: a `cur` without EUR, a floor in another currency, or a block list the
-    bridge cannot read (ignoring it could put a blocked advertiser on the screen)."""
+    reason), or None: a `cur` without EUR, a floor in a currency without a fresh exchange rate,
+    or a block list the bridge cannot read (ignoring it could put a blocked advertiser on the
+    screen)."""
     if not ask.takes_eur:
         return "currency_not_accepted"
-    if ask.floor_currency != EUR:
+    if ask.floor_currency != EUR and _rate(ask, snapshot, settings, now) is None:
         return "floor_currency"
     if ask.blocked_domains is None or ask.blocked_categories is None:
         return "blocks_unreadable"
     return None
+
+
+def _rate(ask: BidAsk, snapshot: Snapshot, settings: Settings, now: datetime) -> Decimal | None:
+    """Units of the floor's currency one euro buys, from the operator's rates: None for EUR,
+    for a currency without a rate, and for a rate older than EXCHANGE_RATE_MAX_AGE_DAYS."""
+    rate = snapshot.exchange_rates.get(ask.floor_currency)
+    if rate is None or (now.date() - rate.as_of).days > settings.exchange_rate_max_age_days:
+        return None
+    return rate.units_per_eur
 
 
 def _blocks(ask: BidAsk) -> Blocks | None:
@@ -107,7 +119,8 @@ def _ttl_seconds(rt: Runtime, ask: BidAsk) -> int:
 async def _make_bid(
     rt: Runtime, snapshot: Snapshot, screen: ScreenInfo, ask: BidAsk, now: datetime
 ) -> MadeOffer | NoMatch:
-    min_price_micros = openrtb_min_bid_micros(ask.bidfloor, ask.floor_audience)
+    rate = None if ask.floor_currency == EUR else _rate(ask, snapshot, rt.settings, now)
+    min_price_micros = openrtb_min_bid_micros(ask.bidfloor, ask.floor_audience, rate)
     slot = VideoSlot(ask.width, ask.height, ask.mimes)
     ttl_seconds = _ttl_seconds(rt, ask)
     if ask.test:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 from bidder.runtime import utcnow
 from bidder.settings import Settings
-from matching.inventory import Advertiser
+from matching.inventory import Advertiser, ExchangeRate
 from store.inventory_repo import export_document
 from tests import factories as f
 from tests.conftest import ServerUrls
@@ -348,3 +349,79 @@ async def test_imp_exp_longer_than_the_ttl_leaves_the_ttl(live: Live, settings: 
     vast = ET.fromstring(response.json()["seatbid"][0]["bid"][0]["adm"])
     ttl = settings.offer_ttl_seconds
     assert vast.findtext(".//v:Expires", namespaces=NS) in {str(ttl), str(ttl - 1)}
+
+
+# -- exchange rates --------------------------------------------------------------------------
+
+
+def _in_usd(bidfloor: str) -> dict[str, Any]:
+    body = bid_request()
+    # 3.0, 3.125 and 1.0 are exact binary fractions: the JSON text is the number as written.
+    body["imp"][0]["pmp"]["deals"][0].update({"bidfloor": float(bidfloor), "bidfloorcur": "USD"})
+    return body
+
+
+async def _seeded_with_rate(live: Live, age_days: int) -> dict[str, str]:
+    as_of = utcnow().date() - timedelta(days=age_days)
+    return await seeded(
+        live,
+        exchange_rates=[ExchangeRate(currency="USD", units_per_eur=Decimal("1.25"), as_of=as_of)],
+    )
+
+
+@pytest.mark.parametrize(
+    ("bidfloor", "status"),
+    [
+        # 3.0 USD / 1.25 = 2.40 EUR: 2.40 x 119.47 / 10 = 28.6728, so 29 cents; the play's
+        # 29.8675 meets it.
+        ("3.0", 200),
+        # 3.125 USD = 2.50 EUR exactly: 29.8675, so 30 cents, which 29.8675 does not meet.
+        ("3.125", 204),
+    ],
+)
+async def test_a_usd_floor_is_converted_exactly_and_rounded_up(
+    live: Live, bidfloor: str, status: int
+) -> None:
+    headers = await _seeded_with_rate(live, 0)
+    response = await post_bid(live, headers, _in_usd(bidfloor))
+    assert response.status_code == status, response.text
+    if status == 200:
+        body = response.json()
+        assert body["cur"] == "EUR"
+        assert Decimal(str(body["seatbid"][0]["bid"][0]["price"])) == Decimal("0.298675")
+
+
+@pytest.mark.parametrize(("age_days", "status"), [(7, 200), (8, 204)])
+async def test_a_rate_older_than_the_max_age_is_not_used(
+    live: Live, settings: Settings, age_days: int, status: int
+) -> None:
+    assert settings.exchange_rate_max_age_days == 7
+    headers = await _seeded_with_rate(live, age_days)
+    response = await post_bid(live, headers, _in_usd("1.0"))
+    assert response.status_code == status, response.text
+    if status == 204:
+        metrics = (await live.client.get("/metrics")).text
+        assert 'openrtb_no_bids_total{reason="floor_currency"} 1.0' in metrics
+
+
+async def test_rates_load_through_the_admin_api_and_reach_the_worker(
+    live: Live, settings: Settings
+) -> None:
+    headers = await seeded(live)
+    assert (await post_bid(live, headers, _in_usd("1.0"))).status_code == 204
+    rates = {
+        "exchange_rates": [
+            {"currency": "USD", "units_per_eur": 1.0823, "as_of": str(utcnow().date())}
+        ]
+    }
+    admin = {"Authorization": f"Bearer {settings.admin_token}"}
+    put = await live.client.put("/admin/v1/inventory", json=rates, headers=admin)
+    assert put.status_code == 200, put.text
+    await live.rt.reload_inventory()
+    assert (await post_bid(live, headers, _in_usd("1.0"))).status_code == 200
+    exported = (await live.client.get("/admin/v1/inventory", headers=admin)).json()
+    assert exported["exchange_rates"] == rates["exchange_rates"]
+    bad = {"exchange_rates": [{"currency": "usd", "units_per_eur": 0, "as_of": "2026-01-01"}]}
+    refused = await live.client.put("/admin/v1/inventory", json=bad, headers=admin)
+    assert refused.status_code == 400
+    assert {p["field"] for p in refused.json()["problems"]} == {"currency", "units_per_eur"}

@@ -1,0 +1,220 @@
+"""Blocks (the engine skips a blocked campaign and takes the next best), the keys the snapshot
+precomputes for them, the request fields the bridge reads beyond the contract's, and the floor
+converted by an exchange rate."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from bidder.openrtb._request import parse_bid_request
+from matching.engine import Match, NoMatch, blocks_of, select
+from matching.inventory import Advertiser, ExchangeRate, InventoryDocument, validate_document
+from matching.money import openrtb_min_bid_micros
+from matching.snapshot import build_snapshot, category_keys, domain_keys
+from tests.factories import (
+    ADV,
+    CAMPAIGN,
+    SCREEN_MOVING,
+    advertiser,
+    basic_document,
+    campaign,
+    creative,
+    uid,
+)
+
+NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
+ADV_2, CAMPAIGN_2 = uid(2, 2), uid(2, 4)
+
+
+def _snapshot(**campaign_fields: Any) -> Any:
+    doc = basic_document(
+        advertisers=[
+            advertiser(categories=["IAB8-5"]),
+            Advertiser(id=ADV_2, name="Acme", domain="acme.example", categories=["IAB19"]),
+        ],
+        campaigns=[
+            campaign(cpm_cents=Decimal(1000), **campaign_fields),
+            campaign(id=CAMPAIGN_2, advertiser_id=ADV_2, cpm_cents=Decimal(500)),
+        ],
+        creatives=[creative(), creative(id=uid(3, 5), campaign_id=CAMPAIGN_2)],
+    )
+    return build_snapshot(doc)
+
+
+def _winner(snapshot: Any, **blocks: Any) -> str | None:
+    found = select(
+        snapshot,
+        snapshot.screens[SCREEN_MOVING],
+        NOW,
+        {},
+        blocks=blocks_of(blocks.get("d", ()), blocks.get("c", ()), blocks.get("tax", 1)),
+    )
+    return found.campaign.id if isinstance(found, Match) else None
+
+
+def test_the_keys_a_block_matches() -> None:
+    assert domain_keys("Shop.Acme.Example.") == {"shop.acme.example", "acme.example", "example"}
+    assert category_keys(1, ["IAB8-5", "IAB19"]) == {(1, "IAB8-5"), (1, "IAB8"), (1, "IAB19")}
+    # Other taxonomies' ids are numbers with no parent in their spelling: exact only.
+    assert category_keys(7, ["483-12"]) == {(7, "483-12")}
+
+
+def test_a_blocked_campaign_gives_way_to_the_next_best() -> None:
+    snapshot = _snapshot()
+    assert _winner(snapshot) == CAMPAIGN
+    assert _winner(snapshot, d=["fizzy.example"]) == CAMPAIGN_2
+    assert _winner(snapshot, c=["IAB8"]) == CAMPAIGN_2
+    assert _winner(snapshot, c=["IAB8-5"], tax=2) == CAMPAIGN
+    assert _winner(snapshot, d=["example"]) is None
+
+
+def test_a_campaign_without_categories_takes_its_advertisers() -> None:
+    inherited = _snapshot().campaigns[CAMPAIGN]
+    assert (inherited.categories, inherited.cattax) == (("IAB8-5",), 1)
+    own = _snapshot(categories=["1001"], cattax=7).campaigns[CAMPAIGN]
+    assert (own.categories, own.cattax) == (("1001",), 7)
+    # Its own list, even empty, replaces the advertiser's.
+    assert _snapshot(categories=[]).campaigns[CAMPAIGN].categories == ()
+
+
+def test_no_blocks_is_no_check() -> None:
+    assert blocks_of([], [" "], 1) is None
+    assert isinstance(
+        select(_snapshot(), _snapshot().screens[SCREEN_MOVING], NOW, {}, blocks=None), Match
+    )
+    everything = blocks_of(["fizzy.example", "acme.example"], [], 1)
+    snapshot = _snapshot()
+    assert isinstance(
+        select(snapshot, snapshot.screens[SCREEN_MOVING], NOW, {}, blocks=everything), NoMatch
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"categories": ["IAB 1"]}, "categories"),
+        ({"categories": ["IAB1,IAB2"]}, "categories"),
+        ({"categories": [""]}, "categories"),
+        ({"categories": ["x" * 65]}, "categories"),
+        ({"categories": [f"IAB{n}" for n in range(65)]}, "categories"),
+        ({"cattax": 0}, "cattax"),
+    ],
+)
+def test_category_rules(fields: dict[str, Any], problem: str) -> None:
+    doc = basic_document(campaigns=[campaign(**fields)])
+    assert [p.field for p in validate_document(doc)] == [problem]
+    doc = basic_document(advertisers=[advertiser(**fields)])
+    assert [(p.list, p.id, p.field) for p in validate_document(doc)] == [
+        ("advertisers", ADV, problem)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rate", "fields"),
+    [
+        ({"currency": "EUR"}, ["currency"]),
+        ({"currency": "usd"}, ["currency"]),
+        ({"units_per_eur": Decimal(0)}, ["units_per_eur"]),
+        ({"units_per_eur": Decimal("1.00000000001")}, ["units_per_eur"]),
+        ({"units_per_eur": Decimal("1e9")}, ["units_per_eur"]),
+    ],
+)
+def test_exchange_rate_rules(rate: dict[str, Any], fields: list[str]) -> None:
+    item = {"currency": "USD", "units_per_eur": Decimal("1.0823"), "as_of": NOW.date(), **rate}
+    doc = InventoryDocument(exchange_rates=[ExchangeRate(**item)])
+    assert [p.field for p in validate_document(doc)] == fields
+
+
+def test_a_currency_appears_once() -> None:
+    rate = ExchangeRate(currency="USD", units_per_eur=Decimal(1), as_of=NOW.date())
+    problems = validate_document(InventoryDocument(exchange_rates=[rate, rate]))
+    assert [(p.index, p.message) for p in problems] == [(1, "appears more than once")]
+
+
+@pytest.mark.parametrize(
+    ("floor", "audience", "rate", "cents"),
+    [
+        # 1 USD x 30 / 10 = 3 USD cents, at 3 USD a euro: exactly 1 cent (not 2: the division
+        # is not rounded before the final rounding up).
+        ("1", "30", "3", 1),
+        ("2.5", "119.47", "1.25", 24),  # 2.00 EUR: 23.894 cents, rounded up
+        ("3.125", "119.47", "1.25", 30),  # 2.50 EUR: 29.8675 cents, rounded up
+        ("1", "10", "3", 1),  # 0.333... cents: up to one
+        ("1", "100", "0.3", 34),  # 33.33... cents
+    ],
+)
+def test_a_converted_floor_is_exact_and_rounded_up_once(
+    floor: str, audience: str, rate: str, cents: int
+) -> None:
+    micros = openrtb_min_bid_micros(Decimal(floor), Decimal(audience), Decimal(rate))
+    assert micros == cents * 1_000_000
+
+
+DEAL = {"id": "d", "bidfloor": 1, "at": 3}
+
+
+def _request(**top: Any) -> bytes:
+    imp = {
+        "id": "1",
+        "tagid": "t",
+        "video": {"w": 1, "h": 1},
+        "pmp": {"deals": [DEAL]},
+        "qty": {"multiplier": 1},
+    }
+    imp.update(top.pop("imp", {}))
+    return json.dumps({"id": "r", "at": 3, "imp": [imp], **top}).encode()
+
+
+def test_the_request_fields_read_beyond_the_contracts() -> None:
+    ask = parse_bid_request(
+        _request(
+            test=1,
+            cur=["USD", "eur"],
+            badv=["a.example"],
+            bcat=["IAB1"],
+            cattax=2,
+            imp={
+                "exp": 30.7,
+                "pmp": {"deals": [{"id": "d", "bidfloor": 1, "at": 3, "bidfloorcur": "usd"}]},
+            },
+        )
+    )
+    assert ask.test
+    assert ask.takes_eur
+    assert (ask.blocked_domains, ask.blocked_categories, ask.cattax) == (
+        ("a.example",),
+        ("IAB1",),
+        2,
+    )
+    assert ask.exp_seconds == 30
+    assert ask.floor_currency == "USD"
+    plain = parse_bid_request(_request())
+    assert (plain.test, plain.takes_eur, plain.floor_currency, plain.exp_seconds) == (
+        False,
+        True,
+        "EUR",
+        None,
+    )
+    odd = parse_bid_request(_request(cur="EUR", bcat="IAB1", cattax="2", test="1", imp={"exp": -1}))
+    assert (odd.takes_eur, odd.blocked_categories, odd.cattax, odd.test, odd.exp_seconds) == (
+        False,
+        None,
+        1,
+        False,
+        None,
+    )
+
+
+def test_unknown_fields_and_ext_blocks_are_ignored_anywhere() -> None:
+    body = json.loads(_request())
+    body["ext"] = {"vendor.example": {"x": [1, {"y": None}]}}
+    body["dooh"] = {"id": "d", "venuetype": ["transit"], "ext": "anything"}
+    body["imp"][0]["video"]["ext"] = 5
+    body["imp"][0]["pmp"]["deals"][0]["ext"] = {"wseat": []}
+    body["source"] = {"schain": {"nodes": []}}
+    assert parse_bid_request(json.dumps(body).encode()) == parse_bid_request(_request())
