@@ -143,12 +143,26 @@ class Daypart(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     end_hour: int
 
 
+class Place(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A circle on the map: a screen within `radius_km` of (`lat`, `lon`) is in the place."""
+
+    lat: float
+    lon: float
+    radius_km: float
+
+
+#: The most places one campaign targets, and the largest radius (half the Earth's circumference).
+MAX_PLACES = 1000
+MAX_RADIUS_KM = 20_038.0
+
+
 class Targeting(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     publisher_ids: list[str] | None = None
     screen_ids: list[str] | None = None
     screen_types: list[ScreenType] | None = None
     venue_types: list[str] | None = None
     dayparts: list[Daypart] | None = None
+    places: list[Place] | None = None
 
 
 class Campaign(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -725,6 +739,24 @@ def _check_targeting(check: _Checker, index: int, cmp: Campaign) -> None:
     ):
         if any(not is_uuid(item) for item in ids or []):
             check.add("campaigns", index, cmp.id, field, "must hold only UUIDs")
+    places = cmp.targeting.places or []
+    if len(places) > MAX_PLACES:
+        check.add("campaigns", index, cmp.id, "targeting.places", f"must hold at most {MAX_PLACES}")
+    for n, place in enumerate(places):
+        field = f"targeting.places[{n}]"
+        if not (
+            -90 <= place.lat <= 90
+            and -180 <= place.lon <= 180
+            and 0 < place.radius_km <= MAX_RADIUS_KM
+        ):
+            check.add(
+                "campaigns",
+                index,
+                cmp.id,
+                field,
+                "needs -90 <= lat <= 90, -180 <= lon <= 180 and "
+                f"0 < radius_km <= {MAX_RADIUS_KM:g}",
+            )
     for d, part in enumerate(cmp.targeting.dayparts or []):
         field = f"targeting.dayparts[{d}]"
         if not part.days or any(day < 0 or day > 6 for day in part.days):

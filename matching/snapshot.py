@@ -6,6 +6,7 @@ a request reads one consistent view while a newer snapshot is being built beside
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -83,6 +84,8 @@ class CampaignInfo:
     screen_types: frozenset[str] | None
     venue_types: frozenset[str] | None
     dayparts: tuple[tuple[frozenset[int], int, int], ...] | None
+    #: Targeted places as (lat, lon, radius km), None: anywhere.
+    places: tuple[tuple[float, float, float], ...] | None
     creatives: tuple[CreativeInfo, ...]
     shard: int
     cpm_micros: int | None
@@ -117,7 +120,9 @@ class CampaignInfo:
             return False
         if self.screen_types is not None and screen.type not in self.screen_types:
             return False
-        return self.venue_types is None or screen.venue_type in self.venue_types
+        if self.venue_types is not None and self.venue_types.isdisjoint(screen.venues):
+            return False
+        return self.places is None or _in_places(screen.location, self.places)
 
     def creatives_for(self, screen_type: str) -> tuple[CreativeInfo, ...]:
         """The creatives a screen type can show, the preferred first."""
@@ -126,6 +131,29 @@ class CampaignInfo:
     def sizes_for(self, screen_type: str) -> frozenset[tuple[int, int]]:
         """The (width, height) of every creative a screen type can show."""
         return frozenset((c.width, c.height) for c in self.ranked_creatives[screen_type])
+
+
+#: The Earth's mean radius (IUGG), for the great-circle distance of a screen to a place.
+EARTH_RADIUS_KM = 6371.0088
+
+
+def distance_km(a: tuple[float, float], b: tuple[float, float]) -> float:
+    """The great-circle (haversine) distance between two (lat, lon) points in degrees."""
+    lat1, lon1, lat2, lon2 = map(math.radians, (a[0], a[1], b[0], b[1]))
+    h = (
+        math.sin((lat2 - lat1) / 2) ** 2
+        + math.cos(lat1) * math.cos(lat2) * math.sin((lon2 - lon1) / 2) ** 2
+    )
+    return 2 * EARTH_RADIUS_KM * math.asin(min(1.0, math.sqrt(h)))
+
+
+def _in_places(
+    location: tuple[float, float] | None, places: tuple[tuple[float, float, float], ...]
+) -> bool:
+    """Whether a known location lies within one of the places (an unknown one is in none)."""
+    if location is None:
+        return False
+    return any(distance_km(location, (lat, lon)) <= radius for lat, lon, radius in places)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +173,11 @@ class ScreenInfo:
     audience_units: int | None
     #: The largest audience a play here is priced for: the publisher's max_audience_per_play.
     max_audience: Decimal
+    #: The venue types venue targeting compares (the screen's `venue_type`, or an OpenRTB
+    #: request's venue types when the screen has none) and where the screen is (its lat/lon,
+    #: or the request's `device.geo` when it has none).
+    venues: frozenset[str] = frozenset()
+    location: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +287,7 @@ def _campaign_info(
             if t.dayparts is None
             else tuple((frozenset(p.days), p.start_hour, p.end_hour) for p in t.dayparts)
         ),
+        places=(None if t.places is None else tuple((p.lat, p.lon, p.radius_km) for p in t.places)),
         creatives=approved,
         shard=campaign_shard(campaign.id),
         cpm_micros=scaled_exactly(campaign.cpm_cents, MICROS_PER_CENT),
@@ -298,6 +332,8 @@ def _screen_info(
         active=screen.active,
         audience_units=scaled_exactly(screen.audience_per_play, AUDIENCE_UNITS_PER_VIEWER),
         max_audience=bounds.get(screen.publisher_id, DEFAULT_MAX_AUDIENCE_PER_PLAY),
+        venues=frozenset() if screen.venue_type is None else frozenset([screen.venue_type]),
+        location=(None if screen.lat is None or screen.lon is None else (screen.lat, screen.lon)),
     )
 
 

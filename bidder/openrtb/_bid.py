@@ -7,6 +7,7 @@ met or MIME type not allowed is 204; a resolution mismatch is 200 `nbr` 0; Redis
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -68,6 +69,7 @@ async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answ
     if refusal is not None or screen is None:
         rt.metrics.count_no_bid(refusal or "unknown_screen")
         return no_content(settings)
+    screen = placed(screen, ask)
     try:
         made = await _make_bid(rt, snapshot, screen, ask, now)
     except REDIS_DOWN:
@@ -103,6 +105,20 @@ def _rate(ask: BidAsk, snapshot: Snapshot, settings: Settings, now: datetime) ->
     if rate is None or (now.date() - rate.as_of).days > settings.exchange_rate_max_age_days:
         return None
     return rate.units_per_eur
+
+
+def placed(screen: ScreenInfo, ask: BidAsk) -> ScreenInfo:
+    """The screen as targeting sees it for this request: its own venue type and location win;
+    where it has none, the request's `dooh` venue types and `device.geo` stand in."""
+    venues = ask.venue_types if not screen.venues and ask.venue_types else None
+    location = ask.location if screen.location is None and ask.location is not None else None
+    if venues is None and location is None:
+        return screen
+    return replace(
+        screen,
+        venues=venues if venues is not None else screen.venues,
+        location=location if location is not None else screen.location,
+    )
 
 
 def _blocks(ask: BidAsk) -> Blocks | None:

@@ -224,8 +224,9 @@ def _schemas() -> dict[str, Any]:
                                         "description": "Minimum CPM in EUR.",
                                     },
                                     "bidfloorcur": {
-                                        "description": "EUR when absent; any other "
-                                        "currency: no bid (204).",
+                                        "description": "EUR when absent; another "
+                                        "currency is converted with the operator's exchange "
+                                        "rate, and without a fresh one is no bid (204).",
                                     },
                                     "at": {"type": "integer", "enum": [3]},
                                 },

@@ -73,10 +73,26 @@ class Imp(msgspec.Struct):
     ext: ImpExt | None = None
 
 
+class Dooh(msgspec.Struct):
+    """The DOOH object's venue: 2.6 names `venuetype` (an array) and `venuetypetax`; the IAB
+    guide's own examples send `venuetypeid` and `venuetax`, read too."""
+
+    venuetype: Any = None
+    venuetypetax: Any = None
+    venuetax: Any = None
+    venuetypeid: Any = None
+
+
+class Device(msgspec.Struct):
+    geo: Any = None
+
+
 class BidRequestView(msgspec.Struct):
     id: Any = None
     at: Any = None
     imp: list[Imp] | None = None
+    dooh: Dooh | None = None
+    device: Device | None = None
     test: Any = None
     cur: Any = None
     badv: Any = None
@@ -128,6 +144,10 @@ class BidAsk(msgspec.Struct, frozen=True):
     blocked_domains: tuple[str, ...] | None = ()
     blocked_categories: tuple[str, ...] | None = ()
     cattax: int = DEFAULT_CATTAX
+    #: `dooh.venuetype` (or `venuetypeid`) in an OpenOOH taxonomy, and `device.geo`'s
+    #: (lat, lon): used where the screen has none of its own.
+    venue_types: frozenset[str] = frozenset()
+    location: tuple[float, float] | None = None
 
 
 def _invalid(code: str, message: str, **details: Any) -> BadRequest:
@@ -181,6 +201,7 @@ def _lenient_view(tree: Any) -> BidRequestView:
     request = _object(tree)
     if request is None:
         raise _invalid("INVALID_REQUEST", "The body is not a BidRequest (a JSON object)")
+    device = _object(request.get("device"))
     raw_imps = request.get("imp")
     imps: list[Imp] | None = None
     if type(raw_imps) is list:
@@ -196,6 +217,20 @@ def _lenient_view(tree: Any) -> BidRequestView:
         badv=request.get("badv"),
         bcat=request.get("bcat"),
         cattax=request.get("cattax"),
+        dooh=_dooh(request.get("dooh")),
+        device=Device(geo=device.get("geo")) if device is not None else None,
+    )
+
+
+def _dooh(value: Any) -> Dooh | None:
+    dooh = _object(value)
+    if dooh is None:
+        return None
+    return Dooh(
+        venuetype=dooh.get("venuetype"),
+        venuetypetax=dooh.get("venuetypetax"),
+        venuetax=dooh.get("venuetax"),
+        venuetypeid=dooh.get("venuetypeid"),
     )
 
 
@@ -326,7 +361,49 @@ def _judge(request: BidRequestView) -> BidAsk:
         blocked_domains=_strings(request.badv),
         blocked_categories=_strings(request.bcat),
         cattax=request.cattax if _is_int(request.cattax) and request.cattax > 0 else DEFAULT_CATTAX,
+        venue_types=_venue_types(request.dooh),
+        location=_location(request.device),
     )
+
+
+#: The DOOH venue taxonomies (AdCOM "DOOH Venue Taxonomies") whose ids screens and targeting
+#: use: OpenOOH 1.0 (1, the default) and 1.1 (5).
+OPENOOH_TAXONOMIES = frozenset({1, 5})
+
+
+def _venue_types(dooh: Dooh | None) -> frozenset[str]:
+    """The request's OpenOOH venue types: `venuetype` (an array, or one string) or else
+    `venuetypeid` (a string or a whole number), when the taxonomy (`venuetypetax`, else
+    `venuetax`, else 1) is OpenOOH's; nothing otherwise."""
+    if dooh is None:
+        return frozenset()
+    taxonomy = dooh.venuetypetax if dooh.venuetypetax is not None else dooh.venuetax
+    if taxonomy is not None and (not _is_int(taxonomy) or taxonomy not in OPENOOH_TAXONOMIES):
+        return frozenset()
+    raw = dooh.venuetype if dooh.venuetype is not None else dooh.venuetypeid
+    values = raw if type(raw) is list else [raw]
+    return frozenset(
+        str(value).strip()
+        for value in values[:MAX_VENUE_TYPES]
+        if (type(value) is str and 0 < len(value.strip()) <= MAX_ID_CHARS) or _is_int(value)
+    )
+
+
+#: The most venue types of one request read.
+MAX_VENUE_TYPES = 32
+
+
+def _location(device: Device | None) -> tuple[float, float] | None:
+    """`device.geo` as (lat, lon) in degrees, when both are numbers in range; `long` is read
+    where `lon` is absent (the IAB guide's DOOH examples spell it so)."""
+    geo = _object(device.geo) if device is not None else None
+    if geo is None:
+        return None
+    lat = _number(geo.get("lat"))
+    lon = _number(geo.get("lon") if "lon" in geo else geo.get("long"))
+    if lat is None or lon is None or not (-90 <= lat <= 90 and -180 <= lon <= 180):
+        return None
+    return float(lat), float(lon)
 
 
 def _lists_eur(cur: list[Any]) -> bool:

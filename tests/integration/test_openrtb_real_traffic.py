@@ -15,7 +15,7 @@ import pytest
 
 from bidder.runtime import utcnow
 from bidder.settings import Settings
-from matching.inventory import Advertiser, ExchangeRate
+from matching.inventory import Advertiser, ExchangeRate, Place, Targeting
 from store.inventory_repo import export_document
 from tests import factories as f
 from tests.conftest import ServerUrls
@@ -425,3 +425,55 @@ async def test_rates_load_through_the_admin_api_and_reach_the_worker(
     refused = await live.client.put("/admin/v1/inventory", json=bad, headers=admin)
     assert refused.status_code == 400
     assert {p["field"] for p in refused.json()["problems"]} == {"currency", "units_per_eur"}
+
+
+# -- venues and places -----------------------------------------------------------------------
+
+AIRPORTS = Targeting(venue_types=["transit.airports"])
+# 2 km around the Brandenburg Gate; Berlin Hauptbahnhof is about 1.1 km away, Hamburg 253 km.
+GATE = Targeting(places=[Place(lat=52.5163, lon=13.3777, radius_km=2)])
+STATION = {"lat": 52.5251, "lon": 13.3694}
+HAMBURG = {"lat": 53.5511, "lon": 9.9937}
+
+
+@pytest.mark.parametrize(
+    ("screen_fields", "request_fields", "bids"),
+    [
+        ({}, {}, False),  # no venue type anywhere: venue targeting never matches
+        ({}, {"dooh": {"venuetype": ["transit.airports"], "venuetypetax": 1}}, True),
+        ({}, {"dooh": {"venuetypeid": "transit.airports", "venuetax": 1}}, True),
+        ({}, {"dooh": {"venuetype": ["transit.airports"], "venuetypetax": 3}}, False),
+        # The screen's own venue type wins over the request's.
+        ({"venue_type": "retail.malls"}, {"dooh": {"venuetype": ["transit.airports"]}}, False),
+        ({"venue_type": "transit.airports"}, {"dooh": {"venuetype": ["retail.malls"]}}, True),
+    ],
+)
+async def test_venue_targeting_reads_the_request_where_the_screen_has_none(
+    live: Live, screen_fields: dict[str, Any], request_fields: dict[str, Any], bids: bool
+) -> None:
+    headers = await seeded(
+        live, screens=[f.screen(**screen_fields)], campaigns=[f.campaign(targeting=AIRPORTS)]
+    )
+    assert (await winner(live, headers, **request_fields) is not None) is bids
+
+
+@pytest.mark.parametrize(
+    ("screen_fields", "geo", "bids"),
+    [
+        ({}, None, False),  # nowhere known: in no place
+        ({}, STATION, True),
+        ({}, HAMBURG, False),
+        ({}, {"lat": STATION["lat"], "long": STATION["lon"]}, True),
+        # The screen's own location wins over the request's.
+        ({"lat": HAMBURG["lat"], "lon": HAMBURG["lon"]}, STATION, False),
+        ({"lat": STATION["lat"], "lon": STATION["lon"]}, HAMBURG, True),
+    ],
+)
+async def test_place_targeting_reads_device_geo_where_the_screen_has_no_location(
+    live: Live, screen_fields: dict[str, Any], geo: dict[str, float] | None, bids: bool
+) -> None:
+    headers = await seeded(
+        live, screens=[f.screen(**screen_fields)], campaigns=[f.campaign(targeting=GATE)]
+    )
+    request = {} if geo is None else {"device": {"devicetype": 8, "geo": geo}}
+    assert (await winner(live, headers, **request) is not None) is bids

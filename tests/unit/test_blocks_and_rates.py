@@ -13,9 +13,16 @@ import pytest
 
 from bidder.openrtb._request import parse_bid_request
 from matching.engine import Match, NoMatch, blocks_of, select
-from matching.inventory import Advertiser, ExchangeRate, InventoryDocument, validate_document
+from matching.inventory import (
+    Advertiser,
+    ExchangeRate,
+    InventoryDocument,
+    Place,
+    Targeting,
+    validate_document,
+)
 from matching.money import openrtb_min_bid_micros
-from matching.snapshot import build_snapshot, category_keys, domain_keys
+from matching.snapshot import build_snapshot, category_keys, distance_km, domain_keys
 from tests.factories import (
     ADV,
     CAMPAIGN,
@@ -24,6 +31,7 @@ from tests.factories import (
     basic_document,
     campaign,
     creative,
+    screen,
     uid,
 )
 
@@ -213,8 +221,77 @@ def test_the_request_fields_read_beyond_the_contracts() -> None:
 def test_unknown_fields_and_ext_blocks_are_ignored_anywhere() -> None:
     body = json.loads(_request())
     body["ext"] = {"vendor.example": {"x": [1, {"y": None}]}}
-    body["dooh"] = {"id": "d", "venuetype": ["transit"], "ext": "anything"}
+    body["dooh"] = {"id": "d", "name": "Hall", "publisher": {"cat": [1]}, "ext": "anything"}
+    body["device"] = {"ua": "x", "ext": {"dooh": {"audience": 1.56}}, "geo": {"type": 1}}
     body["imp"][0]["video"]["ext"] = 5
     body["imp"][0]["pmp"]["deals"][0]["ext"] = {"wseat": []}
     body["source"] = {"schain": {"nodes": []}}
     assert parse_bid_request(json.dumps(body).encode()) == parse_bid_request(_request())
+
+
+@pytest.mark.parametrize(
+    ("dooh", "venues"),
+    [
+        ({"venuetype": ["transit.airports", 7], "venuetypetax": 1}, {"transit.airports", "7"}),
+        ({"venuetype": "transit.airports"}, {"transit.airports"}),
+        ({"venuetypeid": 10602, "venuetax": 1}, {"10602"}),
+        ({"venuetypeid": "10602", "venuetypetax": 5}, {"10602"}),
+        ({"venuetype": ["x"], "venuetypeid": 1}, {"x"}),  # venuetype first
+        ({"venuetype": ["transit.airports"], "venuetypetax": 3}, set()),  # DMI: not compared
+        ({"venuetype": ["transit.airports"], "venuetax": "1"}, set()),
+        ({"venuetype": [" ", True, None, {}]}, set()),
+    ],
+)
+def test_the_request_venue_types_read(dooh: dict[str, Any], venues: set[str]) -> None:
+    assert parse_bid_request(_request(dooh=dooh)).venue_types == venues
+
+
+@pytest.mark.parametrize(
+    ("geo", "location"),
+    [
+        ({"lat": 51.51112, "lon": -0.09043}, (51.51112, -0.09043)),
+        ({"lat": 51.51112, "long": -0.09043}, (51.51112, -0.09043)),  # the IAB examples' spelling
+        ({"lat": 91, "lon": 0}, None),
+        ({"lat": "51", "lon": 0}, None),
+        ({"lat": 51}, None),
+        ("somewhere", None),
+    ],
+)
+def test_the_request_location_read(geo: Any, location: tuple[float, float] | None) -> None:
+    assert parse_bid_request(_request(device={"geo": geo})).location == location
+
+
+def test_a_campaign_targets_places_by_radius() -> None:
+    # A degree along a meridian is pi x 6371.0088 / 180 = 111.195 km. Berlin Hauptbahnhof
+    # (52.5251, 13.3694) is about 1.1 km from the Brandenburg Gate (52.5163, 13.3777): 0.0088
+    # degrees north (0.98 km), 0.0083 east (0.56 km at cos 52.5 deg), and about 253 km from
+    # Hamburg's centre (53.5511, 9.9937).
+    assert abs(distance_km((0, 0), (1, 0)) - 111.195) < 0.001
+    assert 1.0 < distance_km((52.5251, 13.3694), (52.5163, 13.3777)) < 1.2
+    assert 250 < distance_km((52.5251, 13.3694), (53.5511, 9.9937)) < 256
+    near = Targeting(places=[Place(lat=52.5163, lon=13.3777, radius_km=1.5)])
+    far = Targeting(places=[Place(lat=53.5511, lon=9.9937, radius_km=100)])
+    for targeting, admitted in ((near, True), (far, False)):
+        doc = basic_document(
+            screens=[screen(lat=52.5251, lon=13.3694)], campaigns=[campaign(targeting=targeting)]
+        )
+        snap = build_snapshot(doc)
+        assert snap.campaigns[CAMPAIGN].admits(snap.screens[SCREEN_MOVING]) is admitted
+    # A screen with no location is in no place.
+    snap = build_snapshot(basic_document(campaigns=[campaign(targeting=near)]))
+    assert not snap.campaigns[CAMPAIGN].admits(snap.screens[SCREEN_MOVING])
+
+
+@pytest.mark.parametrize(
+    "place",
+    [
+        Place(lat=91, lon=0, radius_km=1),
+        Place(lat=0, lon=-181, radius_km=1),
+        Place(lat=0, lon=0, radius_km=0),
+        Place(lat=0, lon=0, radius_km=30_000),
+        Place(lat=float("nan"), lon=0, radius_km=1),
+    ],
+)
+def test_place_rules(place: Place) -> None:
+    doc = basic_document(campaigns=[campaign(targeting=Targeting(places=[place]))])
+    assert [p.field for p in validate_document(doc)] == ["targeting.places[0]"]
