@@ -218,6 +218,10 @@ class Snapshot:
     )
     #: The operator's exchange rates by currency code (an OpenRTB floor in another currency).
     exchange_rates: dict[str, ExchangeRate] = field(default_factory=dict)
+    #: Whether any campaign targets venue types, or places: only then does an OpenRTB
+    #: request's venue or location stand in for a screen's missing one.
+    targets_venues: bool = False
+    targets_places: bool = False
 
     def billing_code(self, advertiser_id: str, publisher_id: str) -> str | None:
         return self.billing_codes.get((advertiser_id, publisher_id))
@@ -414,4 +418,6 @@ def build_snapshot(
         candidates_by_screen={k: tuple(v) for k, v in by_screen.items()},
         candidates_sized={k: tuple(v) for k, v in sized.items()},
         exchange_rates={r.currency: r for r in doc.exchange_rates},
+        targets_venues=any(c.venue_types is not None for c in servable),
+        targets_places=any(c.places is not None for c in servable),
     )

@@ -18,7 +18,14 @@ from bidder.auth import authenticate
 from bidder.errors import BadRequest
 from bidder.offers import MadeOffer, make_offer, test_offer_id
 from bidder.openrtb._loss import loss_url
-from bidder.openrtb._request import EUR, BidAsk, parse_bid_request, request_id_of
+from bidder.openrtb._request import (
+    EUR,
+    BidAsk,
+    location_of,
+    parse_bid_request,
+    request_id_of,
+    venue_types_of,
+)
 from bidder.openrtb._response import (
     NBR_TECHNICAL,
     NBR_UNKNOWN,
@@ -69,7 +76,7 @@ async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answ
     if refusal is not None or screen is None:
         rt.metrics.count_no_bid(refusal or "unknown_screen")
         return no_content(settings)
-    screen = placed(screen, ask)
+    screen = placed(screen, ask, snapshot)
     try:
         made = await _make_bid(rt, snapshot, screen, ask, now)
     except REDIS_DOWN:
@@ -107,11 +114,16 @@ def _rate(ask: BidAsk, snapshot: Snapshot, settings: Settings, now: datetime) ->
     return rate.units_per_eur
 
 
-def placed(screen: ScreenInfo, ask: BidAsk) -> ScreenInfo:
+def placed(screen: ScreenInfo, ask: BidAsk, snapshot: Snapshot) -> ScreenInfo:
     """The screen as targeting sees it for this request: its own venue type and location win;
-    where it has none, the request's `dooh` venue types and `device.geo` stand in."""
-    venues = ask.venue_types if not screen.venues and ask.venue_types else None
-    location = ask.location if screen.location is None and ask.location is not None else None
+    where it has none, the request's `dooh` venue types and `device.geo` stand in. They are
+    read only when a campaign targets venues or places (`Snapshot.targets_venues`,
+    `targets_places`): otherwise nothing reads them."""
+    venues = location = None
+    if snapshot.targets_venues and not screen.venues:
+        venues = venue_types_of(ask) or None
+    if snapshot.targets_places and screen.location is None:
+        location = location_of(ask)
     if venues is None and location is None:
         return screen
     return replace(
@@ -122,6 +134,8 @@ def placed(screen: ScreenInfo, ask: BidAsk) -> ScreenInfo:
 
 
 def _blocks(ask: BidAsk) -> Blocks | None:
+    if not ask.blocked_domains and not ask.blocked_categories:
+        return None
     return blocks_of(ask.blocked_domains or (), ask.blocked_categories or (), ask.cattax)
 
 

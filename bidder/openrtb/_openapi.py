@@ -143,6 +143,15 @@ def _schemas() -> dict[str, Any]:
                     "of strings: no bid (204)."
                 },
                 "cattax": {"description": "The taxonomy of `bcat`; 1 unless a positive integer."},
+                "dooh": {
+                    "description": "`venuetype` with `venuetypetax` (or `venuetypeid` with "
+                    "`venuetax`) in an OpenOOH taxonomy (1 or 5): the venue types targeting "
+                    "compares when the screen has none of its own."
+                },
+                "device": {
+                    "description": "`geo.lat` with `geo.lon` (or `long`): where the screen is, "
+                    "for place targeting, when the screen has no lat/lon of its own."
+                },
                 "imp": {
                     "type": "array",
                     "minItems": 1,

@@ -73,26 +73,18 @@ class Imp(msgspec.Struct):
     ext: ImpExt | None = None
 
 
-class Dooh(msgspec.Struct):
-    """The DOOH object's venue: 2.6 names `venuetype` (an array) and `venuetypetax`; the IAB
-    guide's own examples send `venuetypeid` and `venuetax`, read too."""
-
-    venuetype: Any = None
-    venuetypetax: Any = None
-    venuetax: Any = None
-    venuetypeid: Any = None
-
-
-class Device(msgspec.Struct):
-    geo: Any = None
+#: A container the request does not have (msgspec's Raw takes no union with None).
+_ABSENT = msgspec.Raw()
 
 
 class BidRequestView(msgspec.Struct):
     id: Any = None
     at: Any = None
     imp: list[Imp] | None = None
-    dooh: Dooh | None = None
-    device: Device | None = None
+    #: Kept as their JSON text, read only when targeting needs them (`venue_types_of`,
+    #: `location_of`): most requests' screens carry their own venue and place.
+    dooh: msgspec.Raw = _ABSENT
+    device: msgspec.Raw = _ABSENT
     test: Any = None
     cur: Any = None
     badv: Any = None
@@ -144,10 +136,10 @@ class BidAsk(msgspec.Struct, frozen=True):
     blocked_domains: tuple[str, ...] | None = ()
     blocked_categories: tuple[str, ...] | None = ()
     cattax: int = DEFAULT_CATTAX
-    #: `dooh.venuetype` (or `venuetypeid`) in an OpenOOH taxonomy, and `device.geo`'s
-    #: (lat, lon): used where the screen has none of its own.
-    venue_types: frozenset[str] = frozenset()
-    location: tuple[float, float] | None = None
+    #: The request's `dooh` and `device` as sent (JSON text); `venue_types_of` and
+    #: `location_of` read them.
+    dooh: msgspec.Raw = _ABSENT
+    device: msgspec.Raw = _ABSENT
 
 
 def _invalid(code: str, message: str, **details: Any) -> BadRequest:
@@ -201,7 +193,6 @@ def _lenient_view(tree: Any) -> BidRequestView:
     request = _object(tree)
     if request is None:
         raise _invalid("INVALID_REQUEST", "The body is not a BidRequest (a JSON object)")
-    device = _object(request.get("device"))
     raw_imps = request.get("imp")
     imps: list[Imp] | None = None
     if type(raw_imps) is list:
@@ -217,21 +208,14 @@ def _lenient_view(tree: Any) -> BidRequestView:
         badv=request.get("badv"),
         bcat=request.get("bcat"),
         cattax=request.get("cattax"),
-        dooh=_dooh(request.get("dooh")),
-        device=Device(geo=device.get("geo")) if device is not None else None,
+        dooh=_as_raw(request.get("dooh")),
+        device=_as_raw(request.get("device")),
     )
 
 
-def _dooh(value: Any) -> Dooh | None:
-    dooh = _object(value)
-    if dooh is None:
-        return None
-    return Dooh(
-        venuetype=dooh.get("venuetype"),
-        venuetypetax=dooh.get("venuetypetax"),
-        venuetax=dooh.get("venuetax"),
-        venuetypeid=dooh.get("venuetypeid"),
-    )
+def _as_raw(value: Any) -> msgspec.Raw:
+    """A container of a body read as a tree, as the typed decode keeps it (JSON text)."""
+    return _ABSENT if value is None else msgspec.Raw(_encoder.encode(value))
 
 
 def _lenient_imp(value: Any) -> Imp:
@@ -342,27 +326,34 @@ def _judge(request: BidRequestView) -> BidAsk:
             "INVALID_REQUEST", f"imp[0].id is required: a string of 1 to {MAX_ID_CHARS} characters"
         )
     mimes = _mimes(video.mimes)
-    cur = request.cur
+    cur, test, cattax, badv, bcat = (
+        request.cur,
+        request.test,
+        request.cattax,
+        request.badv,
+        request.bcat,
+    )
+    # Positional, in BidAsk's field order: the bid path makes one per request.
     return BidAsk(
-        request_id=request.id,
-        imp_id=imp.id,
-        tagid=imp.tagid,
-        width=video.w,
-        height=video.h,
-        mimes=mimes,
-        deal_id=deal[0],
-        bidfloor=deal[1],
-        audience=audience,
-        floor_audience=floor_audience,
-        floor_currency=deal[2],
-        takes_eur=cur is None or (type(cur) is list and _lists_eur(cur)),
-        test=request.test == 1 or request.test is True,
-        exp_seconds=_exp_seconds(imp.exp),
-        blocked_domains=_strings(request.badv),
-        blocked_categories=_strings(request.bcat),
-        cattax=request.cattax if _is_int(request.cattax) and request.cattax > 0 else DEFAULT_CATTAX,
-        venue_types=_venue_types(request.dooh),
-        location=_location(request.device),
+        request.id,
+        imp.id,
+        imp.tagid,
+        video.w,
+        video.h,
+        mimes,
+        deal[0],
+        deal[1],
+        audience,
+        floor_audience,
+        deal[2],
+        cur is None or (type(cur) is list and (EUR in cur or _lists_eur(cur))),
+        test == 1 or test is True,
+        None if imp.exp is None else _exp_seconds(imp.exp),
+        () if badv is None else _strings(badv),
+        () if bcat is None else _strings(bcat),
+        cattax if type(cattax) is int and cattax > 0 else DEFAULT_CATTAX,
+        request.dooh,
+        request.device,
     )
 
 
@@ -371,16 +362,32 @@ def _judge(request: BidRequestView) -> BidAsk:
 OPENOOH_TAXONOMIES = frozenset({1, 5})
 
 
-def _venue_types(dooh: Dooh | None) -> frozenset[str]:
-    """The request's OpenOOH venue types: `venuetype` (an array, or one string) or else
-    `venuetypeid` (a string or a whole number), when the taxonomy (`venuetypetax`, else
+def _sent_object(value: msgspec.Raw) -> dict[str, Any] | None:
+    """A lazily read container: its JSON text decoded (the body was valid JSON, so it is) when
+    it is an object, else None."""
+    if not value:  # absent
+        return None
+    try:
+        return _object(_tree_decoder.decode(value))
+    except msgspec.ValidationError:  # an integer beyond 64 bits somewhere inside: not read
+        return None
+
+
+def venue_types_of(ask: BidAsk) -> frozenset[str]:
+    """The request's OpenOOH venue types: `dooh.venuetype` (an array, or one string) or else
+    `dooh.venuetypeid` (a string or a whole number), when the taxonomy (`venuetypetax`, else
     `venuetax`, else 1) is OpenOOH's; nothing otherwise."""
+    dooh = _sent_object(ask.dooh)
     if dooh is None:
         return frozenset()
-    taxonomy = dooh.venuetypetax if dooh.venuetypetax is not None else dooh.venuetax
+    taxonomy = dooh.get("venuetypetax")
+    if taxonomy is None:
+        taxonomy = dooh.get("venuetax")
     if taxonomy is not None and (not _is_int(taxonomy) or taxonomy not in OPENOOH_TAXONOMIES):
         return frozenset()
-    raw = dooh.venuetype if dooh.venuetype is not None else dooh.venuetypeid
+    raw = dooh.get("venuetype")
+    if raw is None:
+        raw = dooh.get("venuetypeid")
     values = raw if type(raw) is list else [raw]
     return frozenset(
         str(value).strip()
@@ -393,10 +400,11 @@ def _venue_types(dooh: Dooh | None) -> frozenset[str]:
 MAX_VENUE_TYPES = 32
 
 
-def _location(device: Device | None) -> tuple[float, float] | None:
+def location_of(ask: BidAsk) -> tuple[float, float] | None:
     """`device.geo` as (lat, lon) in degrees, when both are numbers in range; `long` is read
     where `lon` is absent (the IAB guide's DOOH examples spell it so)."""
-    geo = _object(device.geo) if device is not None else None
+    device = _sent_object(ask.device)
+    geo = _object(device.get("geo")) if device is not None else None
     if geo is None:
         return None
     lat = _number(geo.get("lat"))
@@ -413,6 +421,10 @@ def _lists_eur(cur: list[Any]) -> bool:
 def _exp_seconds(value: Any) -> int | None:
     """`imp.exp` in whole seconds (a fraction rounds down: the offer never outlives the SSP's
     wait), or None when it is no positive number (then the configured TTL stands)."""
+    if value is None:
+        return None
+    if type(value) is int:  # the usual spelling
+        return value if value >= 1 else None
     seconds = _number(value)
     if seconds is None or seconds < 1:
         return None

@@ -10,8 +10,9 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
-from bidder.openrtb._request import parse_bid_request
+from bidder.openrtb._request import location_of, parse_bid_request, venue_types_of
 from matching.engine import Match, NoMatch, blocks_of, select
 from matching.inventory import (
     Advertiser,
@@ -226,7 +227,11 @@ def test_unknown_fields_and_ext_blocks_are_ignored_anywhere() -> None:
     body["imp"][0]["video"]["ext"] = 5
     body["imp"][0]["pmp"]["deals"][0]["ext"] = {"wseat": []}
     body["source"] = {"schain": {"nodes": []}}
-    assert parse_bid_request(json.dumps(body).encode()) == parse_bid_request(_request())
+    # The same ask, but for the containers kept as sent (read only when targeting needs them).
+    odd, plain = parse_bid_request(json.dumps(body).encode()), parse_bid_request(_request())
+    assert replace(odd, dooh=plain.dooh, device=plain.device) == plain
+    assert venue_types_of(odd) == frozenset()
+    assert location_of(odd) is None
 
 
 @pytest.mark.parametrize(
@@ -243,7 +248,11 @@ def test_unknown_fields_and_ext_blocks_are_ignored_anywhere() -> None:
     ],
 )
 def test_the_request_venue_types_read(dooh: dict[str, Any], venues: set[str]) -> None:
-    assert parse_bid_request(_request(dooh=dooh)).venue_types == venues
+    assert venue_types_of(parse_bid_request(_request(dooh=dooh))) == venues
+    # Read the same from a body the typed decode refuses (`imp[0].ext` a string, not read
+    # beside `qty`): the body is read again as a tree.
+    lenient = parse_bid_request(_request(dooh=dooh, imp={"ext": "x"}))
+    assert venue_types_of(lenient) == venues
 
 
 @pytest.mark.parametrize(
@@ -258,7 +267,9 @@ def test_the_request_venue_types_read(dooh: dict[str, Any], venues: set[str]) ->
     ],
 )
 def test_the_request_location_read(geo: Any, location: tuple[float, float] | None) -> None:
-    assert parse_bid_request(_request(device={"geo": geo})).location == location
+    assert location_of(parse_bid_request(_request(device={"geo": geo}))) == location
+    lenient = parse_bid_request(_request(device={"geo": geo}, imp={"ext": "x"}))
+    assert location_of(lenient) == location
 
 
 def test_a_campaign_targets_places_by_radius() -> None:
