@@ -13,11 +13,24 @@ from decimal import Decimal
 import msgspec
 
 from bidder.runtime import Runtime
-from matching.engine import Match, NoMatch, VideoSlot, select
+from matching.engine import Blocks, Match, NoMatch, VideoSlot, select
 from matching.snapshot import ScreenInfo, Snapshot
-from store.hot import Refused
+from store.hot import Refused, random_uuid
 
 _MAX_ATTEMPTS = 4
+#: How the id of a test offer (OpenRTB `test: 1`) begins. No stored offer's id does (they are
+#: UUIDs), and the id is part of every signed URL of the offer (its tracking pixels, its loss
+#: notice), so a URL cannot be made test, or live, without breaking its signature.
+TEST_OFFER_PREFIX = "openrtb-test-"
+
+
+def test_offer_id() -> str:
+    """A new id for a test offer, which is never reserved nor stored."""
+    return TEST_OFFER_PREFIX + random_uuid()
+
+
+def is_test_offer(offer_id: str) -> bool:
+    return offer_id.startswith(TEST_OFFER_PREFIX)
 
 
 class MadeOffer(msgspec.Struct, frozen=True):
@@ -38,6 +51,7 @@ async def make_offer(
     min_price_micros: int = 0,
     slot: VideoSlot | None = None,
     extra_fields: dict[str, str] | None = None,
+    blocks: Blocks | None = None,
 ) -> MadeOffer | NoMatch:
     """The best eligible offer for `screen`, reserved and stored, or why there is none.
 
@@ -56,6 +70,7 @@ async def make_offer(
             min_price_micros=min_price_micros,
             slot=slot,
             exclude=excluded,
+            blocks=blocks,
         )
         if isinstance(outcome, NoMatch):
             return outcome

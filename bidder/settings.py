@@ -347,6 +347,8 @@ class OfferSettings(Group):
         "DEFAULT_COMMISSION_RATE", Decimal("0.15"), _rate
     )
     """The commission rate (0..1) of a publisher that names none."""
+    exchange_rate_max_age_days: int = setting("EXCHANGE_RATE_MAX_AGE_DAYS", 7, _positive_int)
+    """How old (days since its `as_of`) an exchange rate may be and still convert a floor."""
 
 
 @dataclass(frozen=True)

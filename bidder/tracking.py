@@ -20,6 +20,7 @@ from litestar import Request, Response, get
 from bidder.deprecation import deprecation_headers
 from bidder.errors import Forbidden, Unavailable
 from bidder.http.web import runtime_of
+from bidder.offers import is_test_offer
 from bidder.runtime import Runtime, utcnow
 from bidder.settings import Settings
 from bidder.signing import query_values, verify
@@ -62,6 +63,9 @@ async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[b
     ):
         raise Forbidden("Invalid tracking URL signature", code="INVALID_SIGNATURE", openrtb=macros)
     offer_id, event = params["offer_id"], params["event"]
+    if is_test_offer(offer_id):
+        # A test bid's pixel (its id is signed): answered, never recorded nor billed.
+        return Response(b"", status_code=204, headers=deprecation_headers(rt.settings))
     payload = {
         "event_id": str(uuid.uuid4()),
         "event": event,

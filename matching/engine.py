@@ -69,6 +69,33 @@ class VideoSlot(msgspec.Struct, frozen=True):
     mimes: frozenset[str] | None
 
 
+class Blocks(msgspec.Struct, frozen=True):
+    """What a request will not take: advertisers by domain (OpenRTB `badv`, the Core API's
+    `blocked_domains`) and categories as (cattax, id) pairs (`bcat` with the request's `cattax`,
+    `blocked_categories`). A blocked domain also blocks its subdomains; in taxonomy 1 a blocked
+    tier-1 category (`IAB7`) also blocks its subcategories (`IAB7-1`): the campaign's side of
+    both is precomputed in the snapshot (`CampaignInfo.domain_keys`, `category_keys`)."""
+
+    domains: frozenset[str] = frozenset()
+    categories: frozenset[tuple[int, str]] = frozenset()
+
+    def excludes(self, campaign: CampaignInfo) -> bool:
+        return not (
+            self.domains.isdisjoint(campaign.domain_keys)
+            and self.categories.isdisjoint(campaign.category_keys)
+        )
+
+
+def blocks_of(domains: Iterable[str], categories: Iterable[str], cattax: int) -> Blocks | None:
+    """The Blocks of a request's lists (domains compared in lower case), or None when both are
+    empty: the engine then checks nothing."""
+    blocked_domains = frozenset(d.strip().lower().rstrip(".") for d in domains) - {""}
+    blocked_categories = frozenset((cattax, c.strip()) for c in categories if c.strip())
+    if not blocked_domains and not blocked_categories:
+        return None
+    return Blocks(blocked_domains, blocked_categories)
+
+
 def covers(campaign: CampaignInfo, budget: Budget | None, price_micros: int) -> bool:
     """Whether the remaining total and daily budget cover one more play at `price_micros`."""
     if budget is None:  # not yet seen by this worker: the reservation script decides
@@ -147,6 +174,7 @@ def select(
     min_price_micros: int = 0,
     slot: VideoSlot | None = None,
     exclude: Iterable[str] = (),
+    blocks: Blocks | None = None,
 ) -> Match | NoMatch:
     """The best-paying eligible campaign for `screen` (docs/contract.md#3-matching-and-price).
 
@@ -155,7 +183,8 @@ def select(
     bid above it. A campaign whose price per play would exceed its own cap
     (`max_price_micros`) is not eligible. Ties on price go to the larger share of budget left.
     `exclude` names campaigns a reservation already refused this request (budget or frequency
-    cap reached).
+    cap reached); `blocks` the advertisers and categories the request refuses: a blocked
+    campaign is not eligible, and the next best one is chosen.
     """
     if not screen.active:
         return NoMatch("no_eligible")
@@ -166,7 +195,9 @@ def select(
     else:
         audience_units = scaled_exactly(audience, AUDIENCE_UNITS_PER_VIEWER)
     local = now.astimezone(screen.zone)
-    scan = Scan(now, local.weekday(), local.hour, budgets, frozenset(exclude), min_price_micros)
+    scan = Scan(
+        now, local.weekday(), local.hour, budgets, frozenset(exclude), min_price_micros, blocks
+    )
     if slot is not None:
         # Only campaigns with a creative of the slot's exact size can match: scan those first.
         # They keep their order, so the match is the one the whole list would give; only when
@@ -201,7 +232,7 @@ class Scan:
     over the sized candidates first; over the whole list it gives the answer that path must
     agree with."""
 
-    __slots__ = ("budgets", "hour", "min_price_micros", "now", "skipped", "weekday")
+    __slots__ = ("blocks", "budgets", "hour", "min_price_micros", "now", "skipped", "weekday")
 
     def __init__(
         self,
@@ -211,8 +242,10 @@ class Scan:
         budgets: Mapping[str, Budget],
         skipped: frozenset[str],
         min_price_micros: int,
+        blocks: Blocks | None = None,
     ) -> None:
         self.now, self.weekday, self.hour = now, weekday, hour
+        self.blocks = blocks
         self.budgets, self.skipped, self.min_price_micros = budgets, skipped, min_price_micros
 
     def best(
@@ -223,7 +256,7 @@ class Scan:
         audience_units: int | None,
         slot: VideoSlot | None,
     ) -> Match | NoMatch:
-        now, budgets = self.now, self.budgets
+        now, budgets, blocks = self.now, self.budgets, self.blocks
         best: list[tuple[CampaignInfo, CreativeInfo]] = []
         best_price = -1
         furthest: NoMatchReason = "no_eligible"
@@ -236,6 +269,7 @@ class Scan:
                 or not campaign.in_flight(now)
                 or not campaign.in_daypart(self.weekday, self.hour)
                 or not campaign.admits(screen)
+                or (blocks is not None and blocks.excludes(campaign))
                 or (campaign.max_price_micros is not None and price > campaign.max_price_micros)
                 or not covers(campaign, budgets.get(campaign.id), price)
             ):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Literal
 from urllib.parse import urlsplit
@@ -92,10 +92,22 @@ class Publisher(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_screens: int = DEFAULT_MAX_SCREENS
 
 
+#: The category taxonomy of `categories` unless an item names another: AdCOM's list "Category
+#: Taxonomies", where 1 is IAB Tech Lab Content Category Taxonomy 1.0 (`IAB1`, `IAB1-5`, ...).
+DEFAULT_CATTAX = 1
+#: The most categories one advertiser or campaign carries, and the longest category id.
+MAX_CATEGORIES = 64
+MAX_CATEGORY_CHARS = 64
+
+
 class Advertiser(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     id: str
     name: str
     domain: str
+    #: The advertiser's IAB content categories (ids of the `cattax` taxonomy); OpenRTB `bcat`
+    #: blocks by them, and a bid carries them as `cat`. None: no categories.
+    categories: list[str] | None = None
+    cattax: int = DEFAULT_CATTAX
 
 
 class BillingCode(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -131,12 +143,26 @@ class Daypart(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     end_hour: int
 
 
+class Place(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A circle on the map: a screen within `radius_km` of (`lat`, `lon`) is in the place."""
+
+    lat: float
+    lon: float
+    radius_km: float
+
+
+#: The most places one campaign targets, and the largest radius (half the Earth's circumference).
+MAX_PLACES = 1000
+MAX_RADIUS_KM = 20_038.0
+
+
 class Targeting(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     publisher_ids: list[str] | None = None
     screen_ids: list[str] | None = None
     screen_types: list[ScreenType] | None = None
     venue_types: list[str] | None = None
     dayparts: list[Daypart] | None = None
+    places: list[Place] | None = None
 
 
 class Campaign(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -154,6 +180,9 @@ class Campaign(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: is not served by the campaign. None: no cap.
     max_price_per_play_cents: Decimal | None = None
     targeting: Targeting = msgspec.field(default_factory=Targeting)
+    #: The campaign's own IAB content categories; None: its advertiser's (with their cattax).
+    categories: list[str] | None = None
+    cattax: int = DEFAULT_CATTAX
 
 
 class Creative(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -167,6 +196,20 @@ class Creative(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     approved: bool = False
 
 
+#: The most units of a currency one euro may be worth in an exchange rate, and its decimals.
+MAX_UNITS_PER_EUR = Decimal(10) ** 9
+EXCHANGE_RATE_PLACES = 10
+
+
+class ExchangeRate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How many units of `currency` one euro buys on `as_of` (the ECB's way of quoting: USD
+    1.0823 means 1 EUR = 1.0823 USD); an OpenRTB floor in that currency is divided by it."""
+
+    currency: str
+    units_per_eur: Decimal
+    as_of: date
+
+
 class InventoryDocument(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     publishers: list[Publisher] = msgspec.field(default_factory=list)
     advertisers: list[Advertiser] = msgspec.field(default_factory=list)
@@ -174,6 +217,7 @@ class InventoryDocument(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     screens: list[Screen] = msgspec.field(default_factory=list)
     campaigns: list[Campaign] = msgspec.field(default_factory=list)
     creatives: list[Creative] = msgspec.field(default_factory=list)
+    exchange_rates: list[ExchangeRate] = msgspec.field(default_factory=list)
 
 
 #: The inventory document's lists and the type of their items.
@@ -184,6 +228,7 @@ ITEM_TYPES: dict[str, type[msgspec.Struct]] = {
     "screens": Screen,
     "campaigns": Campaign,
     "creatives": Creative,
+    "exchange_rates": ExchangeRate,
 }
 
 
@@ -450,11 +495,13 @@ def validate_document(
             check.add("advertisers", i, adv.id, "name", "must not be empty")
         if not adv.domain.strip() or " " in adv.domain or "/" in adv.domain:
             check.add("advertisers", i, adv.id, "domain", "must be a domain such as brand.example")
+        _check_categories(check, "advertisers", i, adv.id, adv.categories, adv.cattax)
 
     _validate_billing_codes(check, doc.billing_codes, advertisers, publishers)
     _validate_screens(check, doc.screens, publishers, bounds)
     _validate_campaigns(check, doc.campaigns, advertisers)
     _validate_creatives(check, doc.creatives, campaigns)
+    _validate_exchange_rates(check, doc.exchange_rates)
     for kind in ("publishers", "advertisers", "billing_codes", "screens", "campaigns", "creatives"):
         _check_text(check, kind, getattr(doc, kind))
     return check.problems
@@ -610,6 +657,79 @@ def _validate_campaigns(check: _Checker, campaigns: list[Campaign], advertisers:
                 f"must be from 1 to {_INT4_MAX}",
             )
         _check_targeting(check, i, cmp)
+        _check_categories(check, "campaigns", i, cmp.id, cmp.categories, cmp.cattax)
+
+
+_CURRENCY_CODE = re.compile(r"[A-Z]{3}")
+
+
+def _validate_exchange_rates(check: _Checker, rates: list[ExchangeRate]) -> None:
+    seen: set[str] = set()
+    for i, rate in enumerate(rates):
+        code = rate.currency
+        if _CURRENCY_CODE.fullmatch(code) is None or code == "EUR":
+            check.add(
+                "exchange_rates",
+                i,
+                None,
+                "currency",
+                "must be an ISO 4217 code of three capital letters other than EUR, such as USD",
+            )
+        elif code in seen:
+            check.add("exchange_rates", i, None, "currency", "appears more than once")
+        seen.add(code)
+        value = rate.units_per_eur
+        if not (value.is_finite() and 0 < value < MAX_UNITS_PER_EUR):
+            check.add(
+                "exchange_rates",
+                i,
+                None,
+                "units_per_eur",
+                f"must be greater than 0 and below {MAX_UNITS_PER_EUR}",
+            )
+        elif not _has_places(value, EXCHANGE_RATE_PLACES):
+            check.add(
+                "exchange_rates",
+                i,
+                None,
+                "units_per_eur",
+                f"has more than {EXCHANGE_RATE_PLACES} decimal places",
+            )
+
+
+def _check_categories(
+    check: _Checker,
+    kind: str,
+    index: int,
+    item_id: str,
+    categories: list[str] | None,
+    cattax: int,
+) -> None:
+    """Category ids: at most MAX_CATEGORIES, each 1 to MAX_CATEGORY_CHARS characters without
+    blanks or commas (the Core API's `blocked_categories` is a comma-separated list of them);
+    `cattax` a taxonomy number as AdCOM counts them (1 and up)."""
+    if not 0 < cattax <= _INT4_MAX:
+        check.add(kind, index, item_id, "cattax", f"must be from 1 to {_INT4_MAX}")
+    if categories is None:
+        return
+    if len(categories) > MAX_CATEGORIES:
+        check.add(kind, index, item_id, "categories", f"must hold at most {MAX_CATEGORIES} ids")
+    for category in categories:
+        if (
+            not 0 < len(category) <= MAX_CATEGORY_CHARS
+            or category != category.strip()
+            or " " in category
+            or "," in category
+        ):
+            check.add(
+                kind,
+                index,
+                item_id,
+                "categories",
+                f"must hold category ids of 1 to {MAX_CATEGORY_CHARS} characters, without "
+                "blanks or commas (such as IAB1-5)",
+            )
+            break
 
 
 def _check_targeting(check: _Checker, index: int, cmp: Campaign) -> None:
@@ -619,6 +739,24 @@ def _check_targeting(check: _Checker, index: int, cmp: Campaign) -> None:
     ):
         if any(not is_uuid(item) for item in ids or []):
             check.add("campaigns", index, cmp.id, field, "must hold only UUIDs")
+    places = cmp.targeting.places or []
+    if len(places) > MAX_PLACES:
+        check.add("campaigns", index, cmp.id, "targeting.places", f"must hold at most {MAX_PLACES}")
+    for n, place in enumerate(places):
+        field = f"targeting.places[{n}]"
+        if not (
+            -90 <= place.lat <= 90
+            and -180 <= place.lon <= 180
+            and 0 < place.radius_km <= MAX_RADIUS_KM
+        ):
+            check.add(
+                "campaigns",
+                index,
+                cmp.id,
+                field,
+                "needs -90 <= lat <= 90, -180 <= lon <= 180 and "
+                f"0 < radius_km <= {MAX_RADIUS_KM:g}",
+            )
     for d, part in enumerate(cmp.targeting.dayparts or []):
         field = f"targeting.dayparts[{d}]"
         if not part.days or any(day < 0 or day > 6 for day in part.days):

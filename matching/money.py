@@ -205,22 +205,35 @@ def decimal_places(value: Decimal) -> int:
 MAX_MIN_BID_CENTS = 10**12
 
 
-def openrtb_min_bid_micros(bidfloor_cpm_eur: Decimal, audience: Decimal) -> int:
+#: The division by an exchange rate: rounded up, so a floor is never undercut. A quotient that
+#: is a whole number of cents is exact; any other rounds up to the same cent unless it lies
+#: within 60 significant digits of the next one (a floor spelt with dozens of digits).
+_CONVERT = Context(prec=60, rounding=ROUND_CEILING, traps=[InvalidOperation])
+
+
+def openrtb_min_bid_micros(
+    bidfloor_cpm_eur: Decimal, audience: Decimal, units_per_eur: Decimal | None = None
+) -> int:
     """OpenRTB minimum bid: bidfloor (EUR CPM) x audience / 10 cents, rounded UP to a whole cent,
     at most MAX_MIN_BID_CENTS. Exact: a product in a context as wide as Decimal allows is
     never rounded (Decimal's default 28 digits would round a 29-digit floor down and flush a
     tiny one to 0, undercutting the floor); about 1.5 us, 0.4 ms for a floor of a million
-    digits."""
+    digits. A floor in another currency is divided by `units_per_eur` (units of it one euro
+    buys) in the same step, so the one rounding is the final one, up to the cent."""
     if bidfloor_cpm_eur.is_zero() or audience.is_zero():
         return 0
     # adjusted(): the exponent of the leading digit. Above 10**15 the product, over 10, is past
     # the cap whatever its digits; below 10**-30 it is a positive amount under a cent: one cent.
     magnitude = bidfloor_cpm_eur.adjusted() + audience.adjusted()
+    if units_per_eur is not None:
+        magnitude -= units_per_eur.adjusted()
     if magnitude > 15:
         return MAX_MIN_BID_CENTS * MICROS_PER_CENT
     if magnitude < -30:
         return MICROS_PER_CENT
     product = _EXACT.multiply(bidfloor_cpm_eur, audience).scaleb(-1, _EXACT)
+    if units_per_eur is not None:
+        product = _CONVERT.divide(product, units_per_eur)
     cents = int(product.to_integral_value(rounding=ROUND_CEILING, context=_EXACT))
     return min(cents, MAX_MIN_BID_CENTS) * MICROS_PER_CENT
 

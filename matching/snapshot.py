@@ -6,18 +6,22 @@ a request reads one consistent view while a newer snapshot is being built beside
 
 from __future__ import annotations
 
+import math
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from matching.inventory import (
+    DEFAULT_CATTAX,
     DEFAULT_MAX_AUDIENCE_PER_PLAY,
     SCREEN_TYPES,
     Advertiser,
     Campaign,
     Creative,
+    ExchangeRate,
     InventoryDocument,
     Publisher,
     Screen,
@@ -80,11 +84,22 @@ class CampaignInfo:
     screen_types: frozenset[str] | None
     venue_types: frozenset[str] | None
     dayparts: tuple[tuple[frozenset[int], int, int], ...] | None
+    #: Targeted places as (lat, lon, radius km), None: anywhere.
+    places: tuple[tuple[float, float, float], ...] | None
     creatives: tuple[CreativeInfo, ...]
     shard: int
     cpm_micros: int | None
     #: The most one play may cost (micro-cents); None: no cap.
     max_price_micros: int | None
+    #: The IAB categories a bid carries as `cat` (the campaign's own, else its advertiser's) and
+    #: their taxonomy (`cattax`).
+    categories: tuple[str, ...]
+    cattax: int
+    #: What a block names the campaign by, computed once: (cattax, category) for each category
+    #: and, in taxonomy 1, its tier-1 parent (`IAB1` blocks `IAB1-5`); the advertiser's domain
+    #: in lower case and each parent domain (`ford.com` blocks `shop.ford.com`).
+    category_keys: frozenset[tuple[int, str]]
+    domain_keys: frozenset[str]
     ranked_creatives: dict[str, tuple[CreativeInfo, ...]] = field(compare=False)
 
     def in_flight(self, now: datetime) -> bool:
@@ -105,7 +120,9 @@ class CampaignInfo:
             return False
         if self.screen_types is not None and screen.type not in self.screen_types:
             return False
-        return self.venue_types is None or screen.venue_type in self.venue_types
+        if self.venue_types is not None and self.venue_types.isdisjoint(screen.venues):
+            return False
+        return self.places is None or _in_places(screen.location, self.places)
 
     def creatives_for(self, screen_type: str) -> tuple[CreativeInfo, ...]:
         """The creatives a screen type can show, the preferred first."""
@@ -114,6 +131,29 @@ class CampaignInfo:
     def sizes_for(self, screen_type: str) -> frozenset[tuple[int, int]]:
         """The (width, height) of every creative a screen type can show."""
         return frozenset((c.width, c.height) for c in self.ranked_creatives[screen_type])
+
+
+#: The Earth's mean radius (IUGG), for the great-circle distance of a screen to a place.
+EARTH_RADIUS_KM = 6371.0088
+
+
+def distance_km(a: tuple[float, float], b: tuple[float, float]) -> float:
+    """The great-circle (haversine) distance between two (lat, lon) points in degrees."""
+    lat1, lon1, lat2, lon2 = map(math.radians, (a[0], a[1], b[0], b[1]))
+    h = (
+        math.sin((lat2 - lat1) / 2) ** 2
+        + math.cos(lat1) * math.cos(lat2) * math.sin((lon2 - lon1) / 2) ** 2
+    )
+    return 2 * EARTH_RADIUS_KM * math.asin(min(1.0, math.sqrt(h)))
+
+
+def _in_places(
+    location: tuple[float, float] | None, places: tuple[tuple[float, float, float], ...]
+) -> bool:
+    """Whether a known location lies within one of the places (an unknown one is in none)."""
+    if location is None:
+        return False
+    return any(distance_km(location, (lat, lon)) <= radius for lat, lon, radius in places)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +173,11 @@ class ScreenInfo:
     audience_units: int | None
     #: The largest audience a play here is priced for: the publisher's max_audience_per_play.
     max_audience: Decimal
+    #: The venue types venue targeting compares (the screen's `venue_type`, or an OpenRTB
+    #: request's venue types when the screen has none) and where the screen is (its lat/lon,
+    #: or the request's `device.geo` when it has none).
+    venues: frozenset[str] = frozenset()
+    location: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,13 +216,44 @@ class Snapshot:
     candidates_sized: dict[tuple[str, str, int, int], tuple[CampaignInfo, ...]] = field(
         default_factory=dict
     )
+    #: The operator's exchange rates by currency code (an OpenRTB floor in another currency).
+    exchange_rates: dict[str, ExchangeRate] = field(default_factory=dict)
+    #: Whether any campaign targets venue types, or places: only then does an OpenRTB
+    #: request's venue or location stand in for a screen's missing one.
+    targets_venues: bool = False
+    targets_places: bool = False
 
     def billing_code(self, advertiser_id: str, publisher_id: str) -> str | None:
         return self.billing_codes.get((advertiser_id, publisher_id))
 
 
-def _campaign_info(campaign: Campaign, creatives: list[Creative]) -> CampaignInfo:
+def category_keys(cattax: int, categories: Iterable[str]) -> frozenset[tuple[int, str]]:
+    """The (cattax, id) pairs a block of these categories matches: each id, and in taxonomy 1
+    (ids `IAB<n>-<m>` under tier 1 `IAB<n>`) its tier-1 parent too, so that blocking `IAB7`
+    blocks every `IAB7-*`."""
+    keys = set()
+    for category in categories:
+        keys.add((cattax, category))
+        if cattax == DEFAULT_CATTAX and "-" in category:
+            keys.add((cattax, category.split("-", 1)[0]))
+    return frozenset(keys)
+
+
+def domain_keys(domain: str) -> frozenset[str]:
+    """A domain in lower case and every parent domain it belongs to (`shop.ford.com`:
+    `shop.ford.com`, `ford.com`, `com`): a blocked domain blocks its subdomains."""
+    labels = domain.strip().lower().rstrip(".").split(".")
+    return frozenset(".".join(labels[i:]) for i in range(len(labels)) if labels[i])
+
+
+def _campaign_info(
+    campaign: Campaign, creatives: list[Creative], advertiser: Advertiser | None = None
+) -> CampaignInfo:
     t = campaign.targeting
+    if campaign.categories is not None or advertiser is None:
+        categories, cattax = tuple(campaign.categories or ()), campaign.cattax
+    else:
+        categories, cattax = tuple(advertiser.categories or ()), advertiser.cattax
     approved = tuple(
         CreativeInfo(
             id=c.id,
@@ -215,6 +291,7 @@ def _campaign_info(campaign: Campaign, creatives: list[Creative]) -> CampaignInf
             if t.dayparts is None
             else tuple((frozenset(p.days), p.start_hour, p.end_hour) for p in t.dayparts)
         ),
+        places=(None if t.places is None else tuple((p.lat, p.lon, p.radius_km) for p in t.places)),
         creatives=approved,
         shard=campaign_shard(campaign.id),
         cpm_micros=scaled_exactly(campaign.cpm_cents, MICROS_PER_CENT),
@@ -223,6 +300,10 @@ def _campaign_info(campaign: Campaign, creatives: list[Creative]) -> CampaignInf
             if campaign.max_price_per_play_cents is None
             else cents_to_micros(campaign.max_price_per_play_cents, exact=False)
         ),
+        categories=categories,
+        cattax=cattax,
+        category_keys=category_keys(cattax, categories),
+        domain_keys=domain_keys(advertiser.domain) if advertiser is not None else frozenset(),
         ranked_creatives=_ranked_creatives(approved),
     )
 
@@ -255,6 +336,8 @@ def _screen_info(
         active=screen.active,
         audience_units=scaled_exactly(screen.audience_per_play, AUDIENCE_UNITS_PER_VIEWER),
         max_audience=bounds.get(screen.publisher_id, DEFAULT_MAX_AUDIENCE_PER_PLAY),
+        venues=frozenset() if screen.venue_type is None else frozenset([screen.venue_type]),
+        location=(None if screen.lat is None or screen.lon is None else (screen.lat, screen.lon)),
     )
 
 
@@ -280,8 +363,12 @@ def build_snapshot(
     creatives_by_campaign: dict[str, list[Creative]] = {}
     for creative in doc.creatives:
         creatives_by_campaign.setdefault(creative.campaign_id, []).append(creative)
+    advertisers = {a.id: a for a in doc.advertisers}
     campaigns = {
-        c.id: _campaign_info(c, creatives_by_campaign.get(c.id, [])) for c in doc.campaigns
+        c.id: _campaign_info(
+            c, creatives_by_campaign.get(c.id, []), advertisers.get(c.advertiser_id)
+        )
+        for c in doc.campaigns
     }
     servable = sorted(
         (c for c in campaigns.values() if c.active and c.creatives),
@@ -317,7 +404,7 @@ def build_snapshot(
     return Snapshot(
         version=version,
         publishers={p.id: _publisher_info(p) for p in doc.publishers},
-        advertisers={a.id: a for a in doc.advertisers},
+        advertisers=advertisers,
         screens=screens,
         screens_by_external_id=by_external,
         campaigns=campaigns,
@@ -330,4 +417,7 @@ def build_snapshot(
         candidates=candidates,
         candidates_by_screen={k: tuple(v) for k, v in by_screen.items()},
         candidates_sized={k: tuple(v) for k, v in sized.items()},
+        exchange_rates={r.currency: r for r in doc.exchange_rates},
+        targets_venues=any(c.venue_types is not None for c in servable),
+        targets_places=any(c.places is not None for c in servable),
     )

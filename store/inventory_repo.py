@@ -22,6 +22,7 @@ from matching.inventory import (
     Campaign,
     Creative,
     Daypart,
+    ExchangeRate,
     InventoryDocument,
     Problem,
     Publisher,
@@ -60,7 +61,7 @@ _TABLES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
         ),
         ("id",),
     ),
-    "advertisers": ("advertisers", ("id", "name", "domain"), ("id",)),
+    "advertisers": ("advertisers", ("id", "name", "domain", "categories", "cattax"), ("id",)),
     "screens": (
         "screens",
         (
@@ -95,6 +96,8 @@ _TABLES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
             "max_plays_per_screen_per_hour",
             "max_price_per_play_cents",
             "targeting",
+            "categories",
+            "cattax",
         ),
         ("id",),
     ),
@@ -108,8 +111,21 @@ _TABLES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
         ("advertiser_id", "publisher_id", "code"),
         ("advertiser_id", "publisher_id"),
     ),
+    "exchange_rates": (
+        "exchange_rates",
+        ("currency", "units_per_eur", "as_of"),
+        ("currency",),
+    ),
 }
-_ORDER = ("publishers", "advertisers", "billing_codes", "screens", "campaigns", "creatives")
+_ORDER = (
+    "publishers",
+    "advertisers",
+    "billing_codes",
+    "screens",
+    "campaigns",
+    "creatives",
+    "exchange_rates",
+)
 _CHUNK = 20_000
 
 
@@ -389,7 +405,13 @@ async def export_document(conn: Conn) -> InventoryDocument:
         for r in await conn.fetch("SELECT * FROM publishers ORDER BY id")
     ]
     advertisers = [
-        Advertiser(id=str(r["id"]), name=r["name"], domain=r["domain"])
+        Advertiser(
+            id=str(r["id"]),
+            name=r["name"],
+            domain=r["domain"],
+            categories=r["categories"],
+            cattax=r["cattax"],
+        )
         for r in await conn.fetch("SELECT * FROM advertisers ORDER BY id")
     ]
     billing_codes = [
@@ -417,7 +439,14 @@ async def export_document(conn: Conn) -> InventoryDocument:
         )
         for r in await conn.fetch("SELECT * FROM creatives ORDER BY id")
     ]
+    exchange_rates = [
+        ExchangeRate(
+            currency=r["currency"], units_per_eur=plain(r["units_per_eur"]), as_of=r["as_of"]
+        )
+        for r in await conn.fetch("SELECT * FROM exchange_rates ORDER BY currency")
+    ]
     return InventoryDocument(
+        exchange_rates=exchange_rates,
         publishers=publishers,
         advertisers=advertisers,
         billing_codes=billing_codes,
@@ -460,6 +489,8 @@ def _campaign(r: asyncpg.Record) -> Campaign:
         max_plays_per_screen_per_hour=r["max_plays_per_screen_per_hour"],
         max_price_per_play_cents=_dec(r["max_price_per_play_cents"]),
         targeting=targeting,
+        categories=r["categories"],
+        cattax=r["cattax"],
     )
 
 

@@ -6,6 +6,7 @@ select and reserve in one atomic step, and render the Offer object.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -30,7 +31,8 @@ from bidder.http.asgi import Answer, HttpCall
 from bidder.http.web import call_of, iso_utc, runtime_of
 from bidder.offers import MadeOffer, make_offer
 from bidder.runtime import Runtime
-from matching.inventory import canonical_uuid
+from matching.engine import Blocks, blocks_of
+from matching.inventory import DEFAULT_CATTAX, MAX_CATEGORY_CHARS, canonical_uuid
 from matching.money import MoneyError, cents_to_micros, micros_to_cents, parse_cents
 from matching.snapshot import ScreenInfo
 
@@ -61,6 +63,53 @@ class _Query(msgspec.Struct, frozen=True):
     demo: bool
     vast: bool
     min_price_micros: int
+    blocks: Blocks | None = None
+
+
+#: The most items of `blocked_domains` and of `blocked_categories`.
+MAX_BLOCKED_ITEMS = 100
+#: What one item may be: a domain (letters, digits, `-`, `.`; at most 253 characters) and a
+#: category id (letters, digits, `-`, `_`, `.`; at most 64 characters).
+_DOMAIN = re.compile(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.?")
+_CATEGORY = re.compile(r"[A-Za-z0-9_.-]+")
+_ITEM_CHARS = {"blocked_domains": 253, "blocked_categories": MAX_CATEGORY_CHARS}
+
+
+def _blocked(call: HttpCall, name: str, pattern: re.Pattern[str]) -> list[str]:
+    """A comma-separated block list (blanks around items ignored, empty items skipped)."""
+    raw = call.query(name)
+    if raw is None:
+        return []
+    items = [item.strip() for item in raw.split(",") if item.strip()]
+    if len(items) > MAX_BLOCKED_ITEMS:
+        raise BadRequest(f"{name} holds at most {MAX_BLOCKED_ITEMS} items, got {len(items)}")
+    limit = _ITEM_CHARS[name]
+    for item in items:
+        if len(item) > limit or pattern.fullmatch(item) is None:
+            shown = item if len(item) <= 64 else item[:64] + "..."
+            raise BadRequest(
+                f"{name} must be a comma-separated list of "
+                f"{'domains' if name == 'blocked_domains' else 'category ids'} "
+                f"(each at most {limit} characters), got {shown!r}"
+            )
+    return items
+
+
+def _blocks(call: HttpCall) -> Blocks | None:
+    """`blocked_domains` and `blocked_categories` (in `blocked_cattax`, default 1)."""
+    raw_cattax = call.query("blocked_cattax")
+    cattax = DEFAULT_CATTAX
+    if raw_cattax is not None:
+        if not raw_cattax.isdigit() or not 0 < int(raw_cattax[:10]) <= 2**31 - 1:
+            raise BadRequest(
+                f"blocked_cattax must be a taxonomy number such as 1, got {raw_cattax[:64]!r}"
+            )
+        cattax = int(raw_cattax)
+    return blocks_of(
+        _blocked(call, "blocked_domains", _DOMAIN),
+        _blocked(call, "blocked_categories", _CATEGORY),
+        cattax,
+    )
 
 
 def _min_bid_micros(call: HttpCall) -> int:
@@ -89,6 +138,7 @@ def _query(call: HttpCall) -> _Query:
         demo=query_flag(call, "demo"),
         vast=query_flag(call, "vast"),
         min_price_micros=_min_bid_micros(call),
+        blocks=_blocks(call),
     )
 
 
@@ -131,6 +181,7 @@ async def _offer_for(caller: Caller, screen: ScreenInfo | None, query: _Query) -
             channel="core",
             ttl_seconds=ttl,
             min_price_micros=query.min_price_micros,
+            blocks=query.blocks,
         )
     if not isinstance(made, MadeOffer):
         if made.reason == "below_minimum":

@@ -101,7 +101,9 @@ def _offer_request(operation_id: str, by: dict[str, Any], external: bool) -> dic
             "for one play (CPM x audience / 1000 cents), reserved until `expires_at`.",
             "content": json_content(ref("Offer"), _OFFER_EXAMPLE),
         },
-        "400": error_response("`min_bid_cents` or a boolean parameter is not valid."),
+        "400": error_response(
+            "`min_bid_cents`, a boolean parameter or a `blocked_*` parameter is not valid."
+        ),
         "401": _unauthorized(),
         "404": error_response(
             "Nothing can play on this screen now, or no screen of yours has this id "
@@ -142,6 +144,29 @@ def _offer_request(operation_id: str, by: dict[str, Any], external: bool) -> dic
                     ("demo", "Answer the demo offer"),
                 )
             ),
+            {
+                "name": "blocked_domains",
+                "in": "query",
+                "description": "Advertiser domains to exclude (and their subdomains), "
+                "comma-separated: at most 100, each at most 253 characters.",
+                "schema": {"type": "string"},
+                "example": "fizzy.example,acme.example",
+            },
+            {
+                "name": "blocked_categories",
+                "in": "query",
+                "description": "IAB categories to exclude, comma-separated (in taxonomy 1 a "
+                "tier-1 id such as IAB8 excludes its IAB8-* too): at most 100, each at most "
+                "64 characters.",
+                "schema": {"type": "string"},
+                "example": "IAB8,IAB25-3",
+            },
+            {
+                "name": "blocked_cattax",
+                "in": "query",
+                "description": "The taxonomy of `blocked_categories` (OpenRTB's `cattax`).",
+                "schema": {"type": "integer", "minimum": 1, "default": 1},
+            },
         ],
         "responses": responses,
     }

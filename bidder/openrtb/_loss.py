@@ -27,6 +27,7 @@ from bidder.errors import (
 )
 from bidder.http.asgi import Answer
 from bidder.http.web import runtime_of
+from bidder.offers import is_test_offer
 from bidder.openrtb._response import no_content
 from bidder.runtime import utcnow
 from bidder.settings import Settings
@@ -98,6 +99,8 @@ async def handle_loss(request: Request[Any, Any, Any], offer_id: str) -> Answer:
     }
     if request.method == "POST":
         payload |= diagnostic_body(raw_body)
+    if is_test_offer(offer_id):  # a test bid's notice (its id is signed): nothing to change
+        return no_content(settings)
     try:
         kind, _ = await rt.hot.loss(offer_id, now, payload)
     except REDIS_DOWN:

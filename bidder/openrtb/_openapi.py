@@ -124,6 +124,34 @@ def _schemas() -> dict[str, Any]:
                     "description": "Auction id.",
                 },
                 "at": {"type": "integer", "enum": [3], "description": "Fixed price only."},
+                "test": {
+                    "description": "1 (or true): test traffic, answered like a live bid but "
+                    "nothing is reserved, billed or stored; its pixels and loss notice are 204s."
+                },
+                "cur": {
+                    "description": "Currencies the SSP takes: without EUR (or not an array), "
+                    "no bid (204)."
+                },
+                "badv": {
+                    "description": "Blocked advertiser domains (and their subdomains): a "
+                    "campaign of such an advertiser does not bid, the next best does. Not an "
+                    "array of strings: no bid (204)."
+                },
+                "bcat": {
+                    "description": "Blocked IAB categories in the `cattax` taxonomy (in "
+                    "taxonomy 1 a tier-1 id such as IAB8 blocks its IAB8-* too). Not an array "
+                    "of strings: no bid (204)."
+                },
+                "cattax": {"description": "The taxonomy of `bcat`; 1 unless a positive integer."},
+                "dooh": {
+                    "description": "`venuetype` with `venuetypetax` (or `venuetypeid` with "
+                    "`venuetax`) in an OpenOOH taxonomy (1 or 5): the venue types targeting "
+                    "compares when the screen has none of its own."
+                },
+                "device": {
+                    "description": "`geo.lat` with `geo.lon` (or `long`): where the screen is, "
+                    "for place targeting, when the screen has no lat/lon of its own."
+                },
                 "imp": {
                     "type": "array",
                     "minItems": 1,
@@ -150,6 +178,11 @@ def _schemas() -> dict[str, Any]:
             ],
             "properties": {
                 "id": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
+                "exp": {
+                    "description": "Seconds the SSP waits for the impression: when a number "
+                    "of 1 or more below OFFER_TTL_SECONDS, the bid (and the VAST `Expires`) "
+                    "lives that long (fractions dropped); otherwise the configured TTL."
+                },
                 "tagid": {
                     "type": "string",
                     "minLength": 1,
@@ -198,6 +231,11 @@ def _schemas() -> dict[str, Any]:
                                         "type": "number",
                                         "minimum": 0,
                                         "description": "Minimum CPM in EUR.",
+                                    },
+                                    "bidfloorcur": {
+                                        "description": "EUR when absent; another "
+                                        "currency is converted with the operator's exchange "
+                                        "rate, and without a fresh one is no bid (204).",
                                     },
                                     "at": {"type": "integer", "enum": [3]},
                                 },
@@ -274,6 +312,15 @@ def _schemas() -> dict[str, Any]:
                 "dealid": {"type": "string", "description": "imp[0].pmp.deals[0].id."},
                 "w": {"type": "integer"},
                 "h": {"type": "integer"},
+                "cat": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "The campaign's IAB categories; absent when it has none.",
+                },
+                "cattax": {
+                    "type": "integer",
+                    "description": "The taxonomy of `cat`; present with it.",
+                },
             },
         },
         "BidResponse": {

@@ -24,6 +24,7 @@ import msgspec
 
 from bidder.errors import UNREADABLE_JSON, BadRequest
 from bidder.json_keys import refuse_duplicate_keys
+from matching.inventory import DEFAULT_CATTAX
 from matching.json_numbers import JSON_INT_OUT_OF_RANGE, json_tree_with_big_integers
 from matching.money import decimal_places, json_decimal
 
@@ -64,6 +65,7 @@ class ImpExt(msgspec.Struct):
 class Imp(msgspec.Struct):
     id: Any = None
     tagid: Any = None
+    exp: Any = None
     video: Video | None = None
     banner: Any = None
     pmp: Pmp | None = None
@@ -71,10 +73,23 @@ class Imp(msgspec.Struct):
     ext: ImpExt | None = None
 
 
+#: A container the request does not have (msgspec's Raw takes no union with None).
+_ABSENT = msgspec.Raw()
+
+
 class BidRequestView(msgspec.Struct):
     id: Any = None
     at: Any = None
     imp: list[Imp] | None = None
+    #: Kept as their JSON text, read only when targeting needs them (`venue_types_of`,
+    #: `location_of`): most requests' screens carry their own venue and place.
+    dooh: msgspec.Raw = _ABSENT
+    device: msgspec.Raw = _ABSENT
+    test: Any = None
+    cur: Any = None
+    badv: Any = None
+    bcat: Any = None
+    cattax: Any = None
 
 
 class IdView(msgspec.Struct):
@@ -87,6 +102,10 @@ _decoder = msgspec.json.Decoder(BidRequestView, float_hook=json_decimal)
 _tree_decoder = msgspec.json.Decoder(float_hook=json_decimal)
 _id_decoder = msgspec.json.Decoder(IdView)
 _encoder = msgspec.json.Encoder(decimal_format="number")
+
+
+#: The one currency this interface bids in (`cur` of every answer).
+EUR = "EUR"
 
 
 class BidAsk(msgspec.Struct, frozen=True):
@@ -104,6 +123,23 @@ class BidAsk(msgspec.Struct, frozen=True):
     #: The audience as sent, for the minimum bid: `audience` is rounded to 18 decimals for the
     #: price, and a floor computed from the rounded one could be undercut by a cent.
     floor_audience: Decimal
+    #: `pmp.deals[0].bidfloorcur`, upper case; EUR when absent (the contract's floor is in EUR).
+    floor_currency: str = EUR
+    #: Whether `cur`, when sent, lists EUR (the only currency this interface bids in).
+    takes_eur: bool = True
+    #: `test: 1`: answered like a live bid, but nothing is reserved, billed or stored.
+    test: bool = False
+    #: `imp[0].exp` in whole seconds when it is a positive number, else None.
+    exp_seconds: int | None = None
+    #: `badv`, `bcat` and `cattax` as sent; None when a list is not an array of strings (no
+    #: bid: a block the bridge cannot read is never ignored).
+    blocked_domains: tuple[str, ...] | None = ()
+    blocked_categories: tuple[str, ...] | None = ()
+    cattax: int = DEFAULT_CATTAX
+    #: The request's `dooh` and `device` as sent (JSON text); `venue_types_of` and
+    #: `location_of` read them.
+    dooh: msgspec.Raw = _ABSENT
+    device: msgspec.Raw = _ABSENT
 
 
 def _invalid(code: str, message: str, **details: Any) -> BadRequest:
@@ -163,7 +199,23 @@ def _lenient_view(tree: Any) -> BidRequestView:
         # Only the count matters unless there is exactly one (a 1 MB `[1, 1, ...]` must not
         # become half a million Imps).
         imps = [_lenient_imp(raw_imps[0])] if len(raw_imps) == 1 else [Imp()] * len(raw_imps)
-    return BidRequestView(id=request.get("id"), at=request.get("at"), imp=imps)
+    return BidRequestView(
+        id=request.get("id"),
+        at=request.get("at"),
+        imp=imps,
+        test=request.get("test"),
+        cur=request.get("cur"),
+        badv=request.get("badv"),
+        bcat=request.get("bcat"),
+        cattax=request.get("cattax"),
+        dooh=_as_raw(request.get("dooh")),
+        device=_as_raw(request.get("device")),
+    )
+
+
+def _as_raw(value: Any) -> msgspec.Raw:
+    """A container of a body read as a tree, as the typed decode keeps it (JSON text)."""
+    return _ABSENT if value is None else msgspec.Raw(_encoder.encode(value))
 
 
 def _lenient_imp(value: Any) -> Imp:
@@ -174,6 +226,7 @@ def _lenient_imp(value: Any) -> Imp:
     return Imp(
         id=imp.get("id"),
         tagid=imp.get("tagid"),
+        exp=imp.get("exp"),
         video=(
             Video(video.get("w"), video.get("h"), video.get("mimes")) if video is not None else None
         ),
@@ -273,18 +326,122 @@ def _judge(request: BidRequestView) -> BidAsk:
             "INVALID_REQUEST", f"imp[0].id is required: a string of 1 to {MAX_ID_CHARS} characters"
         )
     mimes = _mimes(video.mimes)
-    return BidAsk(
-        request_id=request.id,
-        imp_id=imp.id,
-        tagid=imp.tagid,
-        width=video.w,
-        height=video.h,
-        mimes=mimes,
-        deal_id=deal[0],
-        bidfloor=deal[1],
-        audience=audience,
-        floor_audience=floor_audience,
+    cur, test, cattax, badv, bcat = (
+        request.cur,
+        request.test,
+        request.cattax,
+        request.badv,
+        request.bcat,
     )
+    # Positional, in BidAsk's field order: the bid path makes one per request.
+    return BidAsk(
+        request.id,
+        imp.id,
+        imp.tagid,
+        video.w,
+        video.h,
+        mimes,
+        deal[0],
+        deal[1],
+        audience,
+        floor_audience,
+        deal[2],
+        cur is None or (type(cur) is list and (EUR in cur or _lists_eur(cur))),
+        test == 1 or test is True,
+        None if imp.exp is None else _exp_seconds(imp.exp),
+        () if badv is None else _strings(badv),
+        () if bcat is None else _strings(bcat),
+        cattax if type(cattax) is int and cattax > 0 else DEFAULT_CATTAX,
+        request.dooh,
+        request.device,
+    )
+
+
+#: The DOOH venue taxonomies (AdCOM "DOOH Venue Taxonomies") whose ids screens and targeting
+#: use: OpenOOH 1.0 (1, the default) and 1.1 (5).
+OPENOOH_TAXONOMIES = frozenset({1, 5})
+
+
+def _sent_object(value: msgspec.Raw) -> dict[str, Any] | None:
+    """A lazily read container: its JSON text decoded (the body was valid JSON, so it is) when
+    it is an object, else None."""
+    if not value:  # absent
+        return None
+    try:
+        return _object(_tree_decoder.decode(value))
+    except msgspec.ValidationError:  # an integer beyond 64 bits somewhere inside: not read
+        return None
+
+
+def venue_types_of(ask: BidAsk) -> frozenset[str]:
+    """The request's OpenOOH venue types: `dooh.venuetype` (an array, or one string) or else
+    `dooh.venuetypeid` (a string or a whole number), when the taxonomy (`venuetypetax`, else
+    `venuetax`, else 1) is OpenOOH's; nothing otherwise."""
+    dooh = _sent_object(ask.dooh)
+    if dooh is None:
+        return frozenset()
+    taxonomy = dooh.get("venuetypetax")
+    if taxonomy is None:
+        taxonomy = dooh.get("venuetax")
+    if taxonomy is not None and (not _is_int(taxonomy) or taxonomy not in OPENOOH_TAXONOMIES):
+        return frozenset()
+    raw = dooh.get("venuetype")
+    if raw is None:
+        raw = dooh.get("venuetypeid")
+    values = raw if type(raw) is list else [raw]
+    return frozenset(
+        str(value).strip()
+        for value in values[:MAX_VENUE_TYPES]
+        if (type(value) is str and 0 < len(value.strip()) <= MAX_ID_CHARS) or _is_int(value)
+    )
+
+
+#: The most venue types of one request read.
+MAX_VENUE_TYPES = 32
+
+
+def location_of(ask: BidAsk) -> tuple[float, float] | None:
+    """`device.geo` as (lat, lon) in degrees, when both are numbers in range; `long` is read
+    where `lon` is absent (the IAB guide's DOOH examples spell it so)."""
+    device = _sent_object(ask.device)
+    geo = _object(device.get("geo")) if device is not None else None
+    if geo is None:
+        return None
+    lat = _number(geo.get("lat"))
+    lon = _number(geo.get("lon") if "lon" in geo else geo.get("long"))
+    if lat is None or lon is None or not (-90 <= lat <= 90 and -180 <= lon <= 180):
+        return None
+    return float(lat), float(lon)
+
+
+def _lists_eur(cur: list[Any]) -> bool:
+    return any(type(code) is str and code.strip().upper() == EUR for code in cur)
+
+
+def _exp_seconds(value: Any) -> int | None:
+    """`imp.exp` in whole seconds (a fraction rounds down: the offer never outlives the SSP's
+    wait), or None when it is no positive number (then the configured TTL stands)."""
+    if value is None:
+        return None
+    if type(value) is int:  # the usual spelling
+        return value if value >= 1 else None
+    seconds = _number(value)
+    if seconds is None or seconds < 1:
+        return None
+    return int(min(seconds, Decimal(10**9)))
+
+
+def _strings(value: Any) -> tuple[str, ...] | None:
+    """A block list: () when absent or null, its strings when an array of strings, None when
+    it is anything else (the caller answers no bid rather than ignore a block)."""
+    if value is None:
+        return ()
+    if type(value) is not list:
+        return None
+    for item in value:
+        if type(item) is not str:
+            return None
+    return tuple(value)
 
 
 #: The longest text of a client's value an error's details repeat.
@@ -343,8 +500,10 @@ def _mimes(value: Any) -> frozenset[str] | None:
     return frozenset([mime.strip().lower() for mime in value])
 
 
-def _first_deal(imp: Imp) -> tuple[str, Decimal]:
-    """(deal id, bidfloor) of `imp.pmp.deals[0]`, the deal this interface bids on."""
+def _first_deal(imp: Imp) -> tuple[str, Decimal, str]:
+    """(deal id, bidfloor, bidfloorcur) of `imp.pmp.deals[0]`, the deal this interface bids on.
+    The currency is upper case, EUR when absent; one that is no string reads as `?` (no known
+    currency: no bid)."""
     deals = imp.pmp.deals if imp.pmp is not None else None
     if not isinstance(deals, list) or not deals:
         raise _invalid("NO_PMP_DEALS", "imp[0].pmp.deals must hold at least one deal")
@@ -362,7 +521,10 @@ def _first_deal(imp: Imp) -> tuple[str, Decimal]:
         raise _invalid(
             "NO_PMP_DEALS", "imp[0].pmp.deals[0].bidfloor is required: a CPM in EUR, 0 or more"
         )
-    return deal_id, floor
+    currency = first.get("bidfloorcur")
+    if currency is None:
+        return deal_id, floor, EUR
+    return deal_id, floor, currency.strip().upper() if type(currency) is str else "?"
 
 
 def _audience(imp: Imp) -> tuple[Decimal, Decimal]:

@@ -24,7 +24,7 @@ _encoder = msgspec.json.Encoder(decimal_format="number")
 new_uuid = random_uuid
 
 
-class Bid(msgspec.Struct):
+class Bid(msgspec.Struct, omit_defaults=True):
     id: str
     impid: str
     price: msgspec.Raw  # EUR as a plain JSON number (money.eur_text), never "2E-8"
@@ -37,6 +37,10 @@ class Bid(msgspec.Struct):
     dealid: str
     w: int
     h: int
+    #: The winner's IAB categories and their taxonomy (OpenRTB 2.6 `cat`, `cattax`); left out
+    #: when the campaign has none.
+    cat: list[str] | None = None
+    cattax: int | None = None
 
 
 class SeatBid(msgspec.Struct):

@@ -83,6 +83,7 @@ async def test_put_then_get_returns_the_document_unchanged(app_client: Client) -
             "screens": 2,
             "campaigns": 2,
             "creatives": 2,
+            "exchange_rates": 2,
         }
     }
     exported = await app_client.get("/admin/v1/inventory", headers=ADMIN)

@@ -80,4 +80,4 @@ async def test_fixture(live: Live, case: Path) -> None:
 
 def test_there_are_fixtures() -> None:
     assert len(CASES) > 40
-    assert {p.parent.name for p in CASES} == {"exemplary", "supplemental"}
+    assert {p.parent.name for p in CASES} == {"exemplary", "real", "supplemental"}

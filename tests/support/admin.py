@@ -68,7 +68,15 @@ def full_document() -> dict[str, Any]:
                 "max_screens": 0,
             },
         ],
-        "advertisers": [{"id": ADV, "name": "Fizzy Drinks", "domain": "fizzy.example"}],
+        "advertisers": [
+            {
+                "id": ADV,
+                "name": "Fizzy Drinks",
+                "domain": "fizzy.example",
+                "categories": ["IAB8-5", "IAB8"],
+                "cattax": 1,
+            }
+        ],
         "billing_codes": [{"advertiser_id": ADV, "publisher_id": PUB, "code": "BILL-FIZZY-1"}],
         "screens": [
             {
@@ -121,6 +129,8 @@ def full_document() -> dict[str, Any]:
                     "venue_types": ["transit.train_station"],
                     "dayparts": [{"days": [0, 1, 2, 3, 4], "start_hour": 7, "end_hour": 10}],
                 },
+                "categories": ["1001", "1002"],
+                "cattax": 7,
             },
             {
                 "id": uid(2, 4),
@@ -135,6 +145,8 @@ def full_document() -> dict[str, Any]:
                 "max_plays_per_screen_per_hour": None,
                 "max_price_per_play_cents": None,
                 "targeting": {},
+                "categories": None,
+                "cattax": 1,
             },
         ],
         "creatives": [
@@ -158,6 +170,10 @@ def full_document() -> dict[str, Any]:
                 "duration_seconds": 6,
                 "approved": False,
             },
+        ],
+        "exchange_rates": [
+            {"currency": "GBP", "units_per_eur": 0.8512, "as_of": "2026-06-01"},
+            {"currency": "USD", "units_per_eur": 1.0823, "as_of": "2026-06-02"},
         ],
     }
 

@@ -77,7 +77,8 @@ async def migrate_database(database_url: str) -> None:
 
 RECORD_AND_INVENTORY_TABLES = (
     "tracking_events, loss_notices, playouts, rejections, billing_records, deals, offers, "
-    "creatives, campaigns, screens, billing_codes, advertisers, api_keys, publishers"
+    "creatives, campaigns, screens, billing_codes, advertisers, api_keys, publishers, "
+    "exchange_rates"
 )
 
 
