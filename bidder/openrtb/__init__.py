@@ -8,17 +8,19 @@ URL, the answers) that the bench times and the tests check on their own.
 
 from bidder.openrtb._bid import handle_bid
 from bidder.openrtb._loss import loss_url
-from bidder.openrtb._request import parse_bid_request, request_id_of
+from bidder.openrtb._request import location_of, parse_bid_request, request_id_of, venue_types_of
 from bidder.openrtb._response import Bid, bid_response, new_uuid, no_bid, no_content
 
 __all__ = [
     "Bid",
     "bid_response",
     "handle_bid",
+    "location_of",
     "loss_url",
     "new_uuid",
     "no_bid",
     "no_content",
     "parse_bid_request",
     "request_id_of",
+    "venue_types_of",
 ]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from msgspec.structs import replace
 
-from bidder.openrtb._request import location_of, parse_bid_request, venue_types_of
+from bidder.openrtb import location_of, parse_bid_request, venue_types_of
 from matching.engine import Match, NoMatch, blocks_of, select
 from matching.inventory import (
     Advertiser,
