@@ -34,7 +34,7 @@ from store.hot import (
     encode_inventory_copy,
 )
 from store.inventory_repo import current_version, export_document, load_api_keys
-from store.pipelined import PipelinedRedis
+from store.pipelined_cluster import open_pipelined
 from store.postgres import create_pool
 from store.records import run_writer
 
@@ -87,9 +87,13 @@ class Runtime:
         # serves reads, syncs, the sweeper, the writer and the admin API, where a busy moment
         # should not turn into a 503.
         self.redis: Redis = connect(
-            settings.redis_url, max(settings.redis_timeout_seconds, _BACKGROUND_REDIS_TIMEOUT)
+            settings.redis_url,
+            max(settings.redis_timeout_seconds, _BACKGROUND_REDIS_TIMEOUT),
+            mode=settings.redis_mode,
         )
-        self.fast = PipelinedRedis(settings.redis_url, settings.redis_timeout_seconds)
+        self.fast = open_pipelined(
+            settings.redis_url, settings.redis_timeout_seconds, settings.redis_mode
+        )
         self.hot = HotState(self.redis, fast=self.fast)
         self.metrics = Metrics()
         self.pool: asyncpg.Pool | None = None

@@ -11,6 +11,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Generic, TypeVar
 from urllib.parse import urlsplit
 
+from store.hot.topology import REDIS_MODES, SENTINEL_SCHEME, RedisMode, TopologyError
+from store.hot.topology import parse as parse_topology
+
 ENVIRONMENTS = ("production", "staging")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _MIN_SECRET_LEN = 16
@@ -68,6 +71,7 @@ class Settings:
     documentation_url: str = ""
     signing_secrets_rotated_at: datetime | None = None
     reconcile_check_seconds: float = 300.0
+    redis_mode: RedisMode = "single"
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -185,6 +189,32 @@ def _public_urls(env: Mapping[str, str], problems: list[str]) -> tuple[str, str]
     return public_base_url, tracking_base_url
 
 
+def _redis_mode(env: Mapping[str, str], problems: list[str]) -> RedisMode:
+    raw = env.get("REDIS_MODE", "single").strip().lower() or "single"
+    for mode in REDIS_MODES:
+        if raw == mode:
+            return mode
+    problems.append(f"REDIS_MODE must be one of {', '.join(REDIS_MODES)}, got {raw!r}")
+    return "single"
+
+
+def _redis_url(env: Mapping[str, str], mode: RedisMode, problems: list[str]) -> str:
+    """REDIS_URL, checked against REDIS_MODE (store/hot/topology.py: the forms of each)."""
+    if mode == "cluster":  # seed nodes separated by commas: each one checked by parse_topology
+        url = env.get("REDIS_URL", "").strip()
+        if not url:
+            problems.append("REDIS_URL is required")
+    else:
+        schemes = (SENTINEL_SCHEME,) if mode == "sentinel" else ("redis", "rediss", "unix")
+        url = _url(env, "REDIS_URL", schemes, problems)
+    if url and mode != "single":
+        try:
+            parse_topology(url, mode)
+        except TopologyError as exc:
+            problems.append(f"REDIS_URL: {exc}")
+    return url
+
+
 def load_settings(
     env: Mapping[str, str] | None = None, *, redis: bool = True, secrets: bool = True
 ) -> Settings:
@@ -197,9 +227,8 @@ def load_settings(
     problems: list[str] = []
 
     database_url = _url(env, "DATABASE_URL", ("postgres", "postgresql"), problems)
-    redis_url = ""
-    if redis or env.get("REDIS_URL", "").strip():
-        redis_url = _url(env, "REDIS_URL", ("redis", "rediss", "unix"), problems)
+    redis_mode = _redis_mode(env, problems)
+    redis_url = _redis_url(env, redis_mode, problems) if redis or env.get("REDIS_URL") else ""
 
     admin_token = env.get("ADMIN_TOKEN", "")
     if len(admin_token) < _MIN_SECRET_LEN and (secrets or admin_token):
@@ -250,6 +279,7 @@ def load_settings(
         record_writer=writer_raw in ("1", "true"),
         record_batch_size=_positive_int(env, "RECORD_BATCH_SIZE", 500, problems),
         redis_timeout_seconds=_positive_float(env, "REDIS_TIMEOUT_SECONDS", 0.25, problems),
+        redis_mode=redis_mode,
         body_timeout_seconds=_positive_float(
             env, "BODY_TIMEOUT_SECONDS", BODY_TIMEOUT_SECONDS, problems
         ),

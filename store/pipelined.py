@@ -24,7 +24,7 @@ import asyncio
 import hashlib
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import hiredis
@@ -40,6 +40,28 @@ _CLOCK_ROUND_TRIP_S = 0.02
 #: The most commands one write waits for: a tick that queues more sends them in writes of this
 #: many (and the rest at the end of the tick).
 BATCH_COMMANDS = 8
+
+
+class HotConnection(Protocol):
+    """What the hot state needs of its pipelined connection: one server (`PipelinedRedis`),
+    or a cluster's primaries (store/pipelined_cluster.py)."""
+
+    timeout: float
+
+    @property
+    def is_connected(self) -> bool: ...
+
+    async def connected(self, key: str = "") -> None: ...
+
+    def deadline_ms(self, margin: float, key: str = "") -> int: ...
+
+    async def execute(self, *command: Arg) -> Any: ...
+
+    async def execute_keyed(self, key: str, *command: Arg) -> Any: ...
+
+    async def sync_clock(self) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class _Protocol(asyncio.Protocol):
@@ -62,6 +84,10 @@ class _Protocol(asyncio.Protocol):
                 continue
             if isinstance(reply, hiredis.ReplyError):
                 message = str(reply)
+                if message.startswith("READONLY"):
+                    # A primary turned replica under us (a failover): connect again, to the
+                    # server that is primary now (a Sentinel-watched connection asks again).
+                    self.owner.drop_soon()
                 error: Exception = (
                     NoScriptError(message)
                     if message.startswith("NOSCRIPT")
@@ -79,6 +105,7 @@ class PipelinedRedis:
     """One auto-pipelined connection to one Redis server (host/port/db from a redis:// URL)."""
 
     def __init__(self, url: str, timeout: float = 0.25) -> None:
+        self.url = url
         parts = urlsplit(url)
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or 6379
@@ -104,8 +131,9 @@ class PipelinedRedis:
         loop = asyncio.get_running_loop()
         self._loop = loop
         try:
+            host, port = await self._address()
             transport, _ = await asyncio.wait_for(
-                loop.create_connection(lambda: _Protocol(self), self._host, self._port),
+                loop.create_connection(lambda: _Protocol(self), host, port),
                 self.timeout,
             )
         except (OSError, TimeoutError) as exc:
@@ -122,6 +150,10 @@ class PipelinedRedis:
         for reply in replies:
             await reply
         await self._measure_clock(self._enqueue(loop, ("TIME",)))
+
+    async def _address(self) -> tuple[str, int]:
+        """The server to connect to (a Sentinel-watched connection asks the sentinels)."""
+        return self._host, self._port
 
     async def sync_clock(self) -> None:
         """Measure Redis' clock against this host's again (`clock`)."""
@@ -143,7 +175,7 @@ class PipelinedRedis:
         if after - before <= _CLOCK_ROUND_TRIP_S:
             self.clock = redis_now - after
 
-    def deadline_ms(self, margin: float) -> int:
+    def deadline_ms(self, margin: float, key: str = "") -> int:
         """The epoch ms, on Redis' clock, after which a call sent now has been given up on,
         less `margin`: every call in flight fails once the oldest is `timeout` old."""
         started = self._pending[0][1] if self._pending else time.monotonic()
@@ -154,8 +186,9 @@ class PipelinedRedis:
     def is_connected(self) -> bool:
         return self._transport is not None and not self._transport.is_closing()
 
-    async def connected(self) -> None:
-        """Connect now if not connected (the clock is measured as part of connecting)."""
+    async def connected(self, key: str = "") -> None:
+        """Connect now if not connected (the clock is measured as part of connecting). `key`
+        names the data the next call is about (one server holds all of it here)."""
         if self._loop is not None and self._loop is not asyncio.get_running_loop():
             return  # `execute` starts over on this loop
         await self._ensure_connected()
@@ -182,6 +215,11 @@ class PipelinedRedis:
                 future.set_exception(error)
         if transport is not None and not transport.is_closing():
             transport.abort()
+
+    def drop_soon(self) -> None:
+        """Drop the connection once this reply's turn is over; the next call reconnects."""
+        if self._loop is not None:
+            self._loop.call_soon(self._fail, RedisConnectionError("Redis turned read-only"))
 
     async def aclose(self) -> None:
         if self._watchdog is not None:
@@ -270,19 +308,33 @@ class PipelinedRedis:
         await self._ensure_connected()
         return await self._send(command)
 
+    async def execute_keyed(self, key: str, *command: Arg) -> Any:
+        """`execute`, for a command about `key` (a cluster routes it by the key's slot)."""
+        return await self.execute(*command)
+
+    async def execute_asking(self, *command: Arg) -> Any:
+        """`command` right behind ASKING on this connection (a cluster's slot in migration)."""
+        await self.execute("PING")  # connected, on this loop
+        loop = asyncio.get_running_loop()
+        asking = self._enqueue(loop, ("ASKING",))
+        reply = self._enqueue(loop, command)
+        await asking
+        return await reply
+
 
 class PipelinedScript:
     """A Lua script run with EVALSHA on a PipelinedRedis, loaded on first NOSCRIPT."""
 
-    def __init__(self, client: PipelinedRedis, source: str) -> None:
+    def __init__(self, client: HotConnection, source: str) -> None:
         self.client = client
         self.source = source
         self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
 
     async def __call__(self, keys: list[str], args: list[Arg]) -> Any:
         command: tuple[Arg, ...] = ("EVALSHA", self.sha, len(keys), *keys, *args)
+        key = keys[0] if keys else ""
         try:
-            return await self.client.execute(*command)
+            return await self.client.execute_keyed(key, *command)
         except NoScriptError:
-            await self.client.execute("SCRIPT", "LOAD", self.source)
-            return await self.client.execute(*command)
+            await self.client.execute_keyed(key, "SCRIPT", "LOAD", self.source)
+            return await self.client.execute_keyed(key, *command)

@@ -22,6 +22,8 @@ from redis.asyncio import Redis
 from bidder.app import create_app
 from bidder.settings import Settings, load_settings
 from store.hot import connect
+from store.hot.topology import RedisMode
+from store.local_cluster import LocalRedisCluster
 from store.local_servers import LocalServers
 from store.postgres import migrate
 
@@ -29,33 +31,70 @@ ADMIN_TOKEN = "test-admin-token-0123456789"
 SIGNING_SECRETS = "test-signing-secret-newest-0123,test-signing-secret-older-0123"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--redis",
+        choices=("single", "cluster"),
+        default="single",
+        help="the Redis the session starts: one server, or a local Redis Cluster (three "
+        "primaries with a replica each) the app speaks to with REDIS_MODE=cluster",
+    )
+
+
 @dataclass
 class ServerUrls:
     redis_url: str
     database_url: str
     local: LocalServers | None
+    redis_mode: str = "single"
+    cluster: LocalRedisCluster | None = None
 
 
 @pytest.fixture(scope="session")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerUrls]:
+def servers(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerUrls]:
     redis_url, database_url = os.environ.get("REDIS_URL"), os.environ.get("DATABASE_URL")
+    mode = os.environ.get("REDIS_MODE", "single")
     if redis_url and database_url:
-        yield ServerUrls(redis_url, database_url, None)
+        yield ServerUrls(redis_url, database_url, None, mode)
         return
     local = LocalServers(Path(tmp_path_factory.mktemp("servers")))
     local.start()
     assert local.redis is not None
     assert local.postgres is not None
+    cluster = None
     try:
-        yield ServerUrls(local.redis.url, local.postgres.url, local)
+        if request.config.getoption("--redis") == "cluster":
+            cluster = LocalRedisCluster(Path(tmp_path_factory.mktemp("cluster")))
+            cluster.start()
+            yield ServerUrls(cluster.url, local.postgres.url, local, "cluster", cluster)
+        else:
+            yield ServerUrls(local.redis.url, local.postgres.url, local)
     finally:
+        if cluster is not None:
+            cluster.stop()
         local.discard()
+
+
+def redis_mode(servers: ServerUrls) -> RedisMode:
+    """The session's REDIS_MODE."""
+    return "cluster" if servers.redis_mode == "cluster" else "single"
+
+
+def flush_redis(servers: ServerUrls) -> None:
+    """Empty the session's Redis (every primary of a cluster)."""
+    if servers.cluster is not None:
+        servers.cluster.flushall()
+    else:
+        redis.Redis.from_url(servers.redis_url).flushall()
 
 
 def make_settings(servers: ServerUrls, **overrides: str) -> Settings:
     env = {
         "DATABASE_URL": servers.database_url,
         "REDIS_URL": servers.redis_url,
+        "REDIS_MODE": servers.redis_mode,
         "ADMIN_TOKEN": ADMIN_TOKEN,
         "SIGNING_SECRETS": SIGNING_SECRETS,
         "BIDDER_ENV": "staging",
@@ -92,7 +131,7 @@ _RECORD_AND_INVENTORY_TABLES = (
 @pytest.fixture
 async def clean(servers: ServerUrls, migrated: str) -> None:
     """Empty Redis and every table, so the test starts from nothing."""
-    redis.Redis.from_url(servers.redis_url).flushall()
+    flush_redis(servers)
     conn = await asyncpg.connect(migrated)
     try:
         await conn.execute(f"TRUNCATE {_RECORD_AND_INVENTORY_TABLES} CASCADE")
@@ -104,7 +143,7 @@ async def clean(servers: ServerUrls, migrated: str) -> None:
 @pytest.fixture
 async def redis_client(servers: ServerUrls, clean: None) -> AsyncIterator[Redis]:
     """An asyncio Redis client on the (flushed) test server, closed after the test."""
-    client = connect(servers.redis_url, timeout=2.0)
+    client = connect(servers.redis_url, timeout=2.0, mode=redis_mode(servers))
     yield client
     await client.aclose()
 

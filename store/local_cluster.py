@@ -1,0 +1,172 @@
+"""A local Redis Cluster from the same Valkey/Redis binary as `LocalServers`: three primaries
+with a replica each (by default), `cluster-enabled yes`, on free loopback ports.
+
+The cluster is formed by hand (CLUSTER ADDSLOTSRANGE, MEET, REPLICATE), so no `redis-cli`
+is needed. A node's cluster bus listens on a free port of its own (`cluster-port`), not on
+the client port plus 10000, which may be out of range or taken. Used by the test session
+(`pytest --redis=cluster`) and the bench (`--redis cluster`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from store.local_servers import LocalServerError, RedisServer, free_port
+
+SLOTS = 16384
+#: How long a primary may be unreachable before its replica takes over (ms).
+NODE_TIMEOUT_MS = 1000
+_FORM_TIMEOUT_S = 60.0
+
+
+def _client(port: int) -> redis.Redis:
+    return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, decode_responses=True)
+
+
+def _cmd(port: int, *command: str | int) -> Any:
+    """One command on the node at `port` (a fresh connection: nodes come and go)."""
+    with _client(port) as client:
+        return client.execute_command(*command)
+
+
+def _text_info(reply: object) -> dict[str, str]:
+    lines = str(reply).splitlines()
+    return dict(line.split(":", 1) for line in lines if ":" in line)
+
+
+@dataclass
+class LocalRedisCluster:
+    """`primaries` primaries and `replicas` replicas each, in `folder/node-<port>`."""
+
+    folder: Path
+    primaries: int = 3
+    replicas: int = 1
+    appendfsync: str = "everysec"
+    nodes: list[RedisServer] = field(default_factory=list)
+    #: Each node's cluster bus port, by client port.
+    bus_ports: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        """REDIS_URL for REDIS_MODE=cluster: every node as a seed."""
+        return ",".join(f"redis://127.0.0.1:{node.port}" for node in self.nodes)
+
+    def start(self) -> None:
+        count = self.primaries * (1 + self.replicas)
+        try:
+            for _ in range(count):
+                port, bus = free_port(), free_port()
+                node = RedisServer(
+                    self.folder / f"node-{port}",
+                    port,
+                    self.appendfsync,
+                    extra_args=(
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        str(NODE_TIMEOUT_MS),
+                        "--cluster-port",
+                        str(bus),
+                        "--cluster-require-full-coverage",
+                        "no",
+                    ),
+                )
+                self.nodes.append(node)
+                self.bus_ports[port] = bus
+                node.start()
+            self._form()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _form(self) -> None:
+        primaries = self.nodes[: self.primaries]
+        share = SLOTS // self.primaries
+        for index, node in enumerate(primaries):
+            first = index * share
+            last = SLOTS - 1 if index == self.primaries - 1 else first + share - 1
+            _cmd(node.port, "CLUSTER", "ADDSLOTSRANGE", first, last)
+        for node in self.nodes[1:]:
+            _cmd(
+                self.nodes[0].port,
+                "CLUSTER",
+                "MEET",
+                "127.0.0.1",
+                node.port,
+                self.bus_ports[node.port],
+            )
+        self._wait(lambda: all(self._known(n) == len(self.nodes) for n in self.nodes), "meet")
+        ids = [_cmd(n.port, "CLUSTER", "MYID") for n in primaries]
+        replicas = self.nodes[self.primaries :]
+        for index, node in enumerate(replicas):
+            primary_id = ids[index % self.primaries]
+            # The replica must have heard of its primary through the bus before it follows it.
+            self._wait(lambda n=node, p=primary_id: self._knows(n, p), "replica sees primary")
+            _cmd(node.port, "CLUSTER", "REPLICATE", primary_id)
+        self.wait_ok()
+
+    @staticmethod
+    def _known(node: RedisServer) -> int:
+        return len(str(_cmd(node.port, "CLUSTER", "NODES")).splitlines())
+
+    @staticmethod
+    def _knows(node: RedisServer, node_id: str) -> bool:
+        return node_id in str(_cmd(node.port, "CLUSTER", "NODES"))
+
+    def _state_ok(self, node: RedisServer) -> bool:
+        info = _text_info(_cmd(node.port, "CLUSTER", "INFO"))
+        return info.get("cluster_state") == "ok"
+
+    def wait_ok(self, timeout: float = _FORM_TIMEOUT_S) -> None:
+        """Until every running node reports cluster_state:ok, every slot served by a primary,
+        and every running replica is in sync with its primary."""
+
+        def ready() -> bool:
+            for node in self.running():
+                if not self._state_ok(node):
+                    return False
+                role = _cmd(node.port, "ROLE")
+                if role[0] == "slave" and role[3] != "connected":
+                    return False
+            return True
+
+        self._wait(ready, "cluster ok", timeout)
+
+    @staticmethod
+    def _wait(check: object, what: str, timeout: float = _FORM_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if check():  # type: ignore[operator]
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.05)
+        raise LocalServerError(f"the local Redis Cluster did not reach '{what}' in time")
+
+    def running(self) -> Iterator[RedisServer]:
+        return (node for node in self.nodes if node.proc is not None)
+
+    def primary_ports(self) -> list[int]:
+        """The ports of the nodes that are primaries now."""
+        return [node.port for node in self.running() if _cmd(node.port, "ROLE")[0] == "master"]
+
+    def node(self, port: int) -> RedisServer:
+        return next(node for node in self.nodes if node.port == port)
+
+    def flushall(self) -> None:
+        """Empty every primary (the replicas follow)."""
+        for port in self.primary_ports():
+            _cmd(port, "FLUSHALL")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop(kill=True)
