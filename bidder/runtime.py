@@ -92,7 +92,10 @@ class Runtime:
             mode=settings.redis_mode,
         )
         self.fast = open_pipelined(
-            settings.redis_url, settings.redis_timeout_seconds, settings.redis_mode
+            settings.redis_url,
+            settings.redis_timeout_seconds,
+            settings.redis_mode,
+            settings.redis_wait_replicas,
         )
         self.hot = HotState(self.redis, fast=self.fast)
         self.metrics = Metrics()

@@ -72,6 +72,7 @@ class Settings:
     signing_secrets_rotated_at: datetime | None = None
     reconcile_check_seconds: float = 300.0
     redis_mode: RedisMode = "single"
+    redis_wait_replicas: int = 0
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -198,6 +199,18 @@ def _redis_mode(env: Mapping[str, str], problems: list[str]) -> RedisMode:
     return "single"
 
 
+def _wait_replicas(env: Mapping[str, str], mode: RedisMode, problems: list[str]) -> int:
+    """REDIS_WAIT_REPLICAS: 1 by default with replicas to fail over to (cluster, sentinel)."""
+    default = 0 if mode == "single" else 1
+    raw = env.get("REDIS_WAIT_REPLICAS", "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit():
+        problems.append(f"REDIS_WAIT_REPLICAS must be a whole number >= 0, got {raw!r}")
+        return default
+    return int(raw)
+
+
 def _redis_url(env: Mapping[str, str], mode: RedisMode, problems: list[str]) -> str:
     """REDIS_URL, checked against REDIS_MODE (store/hot/topology.py: the forms of each)."""
     if mode == "cluster":  # seed nodes separated by commas: each one checked by parse_topology
@@ -280,6 +293,7 @@ def load_settings(
         record_batch_size=_positive_int(env, "RECORD_BATCH_SIZE", 500, problems),
         redis_timeout_seconds=_positive_float(env, "REDIS_TIMEOUT_SECONDS", 0.25, problems),
         redis_mode=redis_mode,
+        redis_wait_replicas=_wait_replicas(env, redis_mode, problems),
         body_timeout_seconds=_positive_float(
             env, "BODY_TIMEOUT_SECONDS", BODY_TIMEOUT_SECONDS, problems
         ),

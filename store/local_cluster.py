@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.crc import key_slot
 
 from store.local_servers import LocalServerError, RedisServer, free_port
 
@@ -158,6 +159,72 @@ class LocalRedisCluster:
     def primary_ports(self) -> list[int]:
         """The ports of the nodes that are primaries now."""
         return [node.port for node in self.running() if _cmd(node.port, "ROLE")[0] == "master"]
+
+    @staticmethod
+    def slot_of(key: str) -> int:
+        return key_slot(key.encode())
+
+    def primary_of_or_none(self, slot: int) -> int | None:
+        """The port of the running primary that says it serves `slot`, if one does."""
+        for node in self.running():
+            try:
+                lines = str(_cmd(node.port, "CLUSTER", "NODES")).splitlines()
+            except redis.RedisError:
+                continue
+            mine = next((line.split() for line in lines if "myself" in line), None)
+            if mine is None or "master" not in mine[2]:
+                continue
+            for part in mine[8:]:
+                if part.startswith("["):
+                    continue
+                first, _, last = part.partition("-")
+                if int(first) <= slot <= int(last or first):
+                    return node.port
+        return None
+
+    def primary_of(self, slot: int) -> int:
+        port = self.primary_of_or_none(slot)
+        if port is None:
+            raise LocalServerError(f"no primary serves slot {slot}")
+        return port
+
+    def wait_new_primary(self, slot: int, old: int, timeout: float = 30.0) -> int:
+        """The port of the node that serves `slot` after `old` failed (its replica, promoted)."""
+        found: list[int] = []
+
+        def promoted() -> bool:
+            port = self.primary_of_or_none(slot)
+            if port is None or port == old:
+                return False
+            found.append(port)
+            return True
+
+        self._wait(promoted, "failover", timeout)
+        return found[-1]
+
+    def migrate_slot(self, slot: int, source: int, target: int, batch: int = 100) -> int:
+        """Move `slot` from the primary at `source` to the one at `target` as an online reshard
+        does (IMPORTING/MIGRATING, MIGRATE in batches of `batch` keys, then SETSLOT NODE on
+        every primary); how many keys moved."""
+        source_id = _cmd(source, "CLUSTER", "MYID")
+        target_id = _cmd(target, "CLUSTER", "MYID")
+        _cmd(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        _cmd(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        moved = 0
+        while True:
+            keys = _cmd(source, "CLUSTER", "GETKEYSINSLOT", slot, batch)
+            if not keys:
+                break
+            _cmd(source, "MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys)
+            moved += len(keys)
+            time.sleep(0.002)  # traffic runs between the batches
+        for port in [
+            target,
+            source,
+            *(p for p in self.primary_ports() if p not in (source, target)),
+        ]:
+            _cmd(port, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        return moved
 
     def node(self, port: int) -> RedisServer:
         return next(node for node in self.nodes if node.port == port)

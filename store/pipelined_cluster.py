@@ -74,8 +74,9 @@ def _key_of(command: tuple[Arg, ...]) -> str | bytes | None:
 class PipelinedCluster:
     """Auto-pipelined connections to a Redis Cluster's primaries, routed by slot."""
 
-    def __init__(self, topology: Topology, timeout: float = 0.25) -> None:
+    def __init__(self, topology: Topology, timeout: float = 0.25, wait_replicas: int = 0) -> None:
         self.timeout = timeout
+        self.wait_replicas = wait_replicas
         self._seeds = list(topology.nodes)
         self._username, self._password = topology.username, topology.password
         self._slots: list[str | None] = [None] * SLOTS
@@ -95,7 +96,9 @@ class PipelinedCluster:
             if self._password:
                 user = quote(self._username or "default", safe="")
                 auth = f"{user}:{quote(self._password, safe='')}@"
-            node = self._nodes[address] = PipelinedRedis(f"redis://{auth}{address}/0", self.timeout)
+            node = self._nodes[address] = PipelinedRedis(
+                f"redis://{auth}{address}/0", self.timeout, self.wait_replicas
+            )
         return node
 
     async def refresh(self) -> None:
@@ -149,13 +152,17 @@ class PipelinedCluster:
         address = self._slots[_slot_of(key, self._slot_cache)]
         return None if address is None else self._node(address)
 
-    async def execute_keyed(self, key: str | bytes, *command: Arg) -> Any:
-        """Send `command` to the primary owning `key`'s slot; follow MOVED, ASK, TRYAGAIN."""
+    async def execute_keyed(self, key: str | bytes, *command: Arg, durable: bool = False) -> Any:
+        """Send `command` to the primary owning `key`'s slot; follow MOVED, ASK, TRYAGAIN.
+        `durable`: the reply waits for the primary's replicas (PipelinedRedis.execute_durable)."""
         if self._stale:
             await self._fresh()
         node = self._owner(key)
         asking = False
-        for _ in range(_MAX_REDIRECTS):
+        redirects, migrating = 0, False
+        # TRYAGAIN (a migration under way) is tried again until the call's time is up.
+        give_up = time.monotonic() + self.timeout
+        while redirects < _MAX_REDIRECTS and time.monotonic() < give_up:
             if node is None:
                 self._mark_stale()
                 await self._fresh()
@@ -165,29 +172,45 @@ class PipelinedCluster:
             try:
                 if asking:
                     return await node.execute_asking(*command)
+                if durable:
+                    return await node.execute_durable(*command)
                 return await node.execute(*command)
             except ResponseError as exc:
-                message = str(exc)
-                kind = message.split(" ", 1)[0]
-                if kind == "MOVED":
-                    slot, address = message.split()[1:3]
-                    self._slots[int(slot)] = address
-                    self._mark_stale()  # more slots may have moved with it
-                    node, asking = self._node(address), False
-                elif kind == "ASK":
-                    node, asking = self._node(message.split()[2]), True
-                elif kind in ("TRYAGAIN", "CLUSTERDOWN"):
+                if str(exc).startswith("TRYAGAIN"):
+                    # The slot's keys are split by a migration: the same node (behind ASKING
+                    # again when it was) in a moment, once the keys moved.
                     await asyncio.sleep(_RETRY_PAUSE_S)
-                    if kind == "CLUSTERDOWN":
-                        self._mark_stale()
-                        await self._fresh()
-                        node = self._owner(key)
-                else:
-                    raise
+                    migrating = True
+                    continue
+                node, asking = await self._redirected(exc, key)
+                redirects += 0 if str(exc).startswith("CLUSTERDOWN") else 1
             except RedisConnectionError:
                 self._mark_stale()  # a failover may be under way: read the map before next call
                 raise
+        if migrating:
+            raise RedisConnectionError("the key's slot stayed split by a migration (TRYAGAIN)")
         raise RedisConnectionError("the Redis Cluster kept redirecting the call")
+
+    async def _redirected(
+        self, exc: ResponseError, key: str | bytes
+    ) -> tuple[PipelinedRedis | None, bool]:
+        """Where a call refused with `exc` goes next, and whether behind ASKING; `exc` raised
+        again when it is no redirect."""
+        message = str(exc)
+        kind = message.split(" ", 1)[0]
+        if kind == "MOVED":
+            slot, address = message.split()[1:3]
+            self._slots[int(slot)] = address
+            self._mark_stale()  # more slots may have moved with it
+            return self._node(address), False
+        if kind == "ASK":
+            return self._node(message.split()[2]), True
+        if kind == "CLUSTERDOWN":
+            await asyncio.sleep(_RETRY_PAUSE_S)
+            self._mark_stale()
+            await self._fresh()
+            return self._owner(key), False
+        raise exc
 
     async def execute(self, *command: Arg) -> Any:
         """A keyed command goes to its slot's primary; a keyless one to every primary (the
@@ -196,8 +219,16 @@ class PipelinedCluster:
         if key is not None:
             return await self.execute_keyed(key, *command)
         await self._fresh()
-        replies = await asyncio.gather(*(self._node(a).execute(*command) for a in self._primaries))
-        return replies[0] if replies else None
+        replies = await asyncio.gather(
+            *(self._node(a).execute(*command) for a in self._primaries), return_exceptions=True
+        )
+        answered = [r for r in replies if not isinstance(r, BaseException)]
+        failed = [r for r in replies if isinstance(r, BaseException)]
+        # SCRIPT LOAD is done where it can be (a primary down loads it when it is back, at its
+        # first NOSCRIPT); anything else fails when one primary fails it.
+        if failed and (not answered or _text(command[0]).upper() != "SCRIPT"):
+            raise failed[0]
+        return answered[0] if answered else None
 
     @property
     def primaries(self) -> list[str]:
@@ -208,7 +239,10 @@ class PipelinedCluster:
 
     @property
     def is_connected(self) -> bool:
-        return not self._stale and all(self._nodes[a].is_connected for a in self._primaries)
+        nodes = self._nodes
+        return not self._stale and all(
+            a in nodes and nodes[a].is_connected for a in self._primaries
+        )
 
     async def connected(self, key: str = "") -> None:
         """Read the slot map when due and connect the primary of `key` (every primary without
@@ -245,12 +279,12 @@ class PipelinedCluster:
 class PipelinedSentinel(PipelinedRedis):
     """A `PipelinedRedis` on the primary the sentinels name, asked again at each connect."""
 
-    def __init__(self, topology: Topology, timeout: float = 0.25) -> None:
+    def __init__(self, topology: Topology, timeout: float = 0.25, wait_replicas: int = 0) -> None:
         auth = ""
         if topology.password:
             user = quote(topology.username or "default", safe="")
             auth = f"{user}:{quote(topology.password, safe='')}@"
-        super().__init__(f"redis://{auth}127.0.0.1:6379/{topology.db}", timeout)
+        super().__init__(f"redis://{auth}127.0.0.1:6379/{topology.db}", timeout, wait_replicas)
         self.service = topology.service
         self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
             list(topology.nodes), socket_timeout=timeout, socket_connect_timeout=timeout
@@ -261,10 +295,13 @@ class PipelinedSentinel(PipelinedRedis):
         return str(host), int(port)
 
 
-def open_pipelined(url: str, timeout: float, mode: RedisMode = "single") -> HotConnection:
-    """The hot path's pipelined connection for REDIS_URL in REDIS_MODE (not connected yet)."""
+def open_pipelined(
+    url: str, timeout: float, mode: RedisMode = "single", wait_replicas: int = 0
+) -> HotConnection:
+    """The hot path's pipelined connection for REDIS_URL in REDIS_MODE (not connected yet);
+    its durable calls wait for `wait_replicas` replicas."""
     if mode == "single":
-        return PipelinedRedis(url, timeout)
+        return PipelinedRedis(url, timeout, wait_replicas)
     if mode == "cluster":
-        return PipelinedCluster(parse(url, mode), timeout)
-    return PipelinedSentinel(parse(url, mode), timeout)
+        return PipelinedCluster(parse(url, mode), timeout, wait_replicas)
+    return PipelinedSentinel(parse(url, mode), timeout, wait_replicas)

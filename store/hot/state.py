@@ -120,7 +120,7 @@ def _late() -> RedisTimeoutError:
 
 
 class _Script(Protocol):
-    async def __call__(self, keys: list[str], args: list[Arg]) -> Any: ...
+    async def __call__(self, keys: list[str], args: list[Arg], *, durable: bool = False) -> Any: ...
 
 
 class _ClientScript:
@@ -129,7 +129,7 @@ class _ClientScript:
     def __init__(self, redis: Redis, source: str) -> None:
         self._script: AsyncScript = redis.register_script(source)
 
-    async def __call__(self, keys: list[str], args: list[Arg]) -> Any:
+    async def __call__(self, keys: list[str], args: list[Arg], *, durable: bool = False) -> Any:
         return await self._script(keys=keys, args=args)
 
 
@@ -303,7 +303,8 @@ class HotState(InventoryCopies):
             self.retention_ms,
             self._deadline(shard),
         ]
-        result = await self._respond(keys, args)
+        # An accept is money: its reply waits for the replicas (REDIS_WAIT_REPLICAS).
+        result = await self._respond(keys, args, durable=action == "accept")
         if int(result[0]) == 0:
             reason = _text(result[1])
             if reason == "late":
@@ -391,7 +392,8 @@ class HotState(InventoryCopies):
             self.retention_ms,
             self._deadline(shard),
         ]
-        result = await self._track(keys, args)
+        # An impression may bill: its reply waits for the replicas (REDIS_WAIT_REPLICAS).
+        result = await self._track(keys, args, durable=bool(billing))
         status = _text(result[0])
         if status == "late":
             raise _late()
@@ -420,7 +422,7 @@ class HotState(InventoryCopies):
             ).decode(),
             self._deadline(shard),
         ]
-        result = await self._playout(keys, args)
+        result = await self._playout(keys, args, durable=True)
         status = _text(result[0])
         if status == "late":
             raise _late()
