@@ -11,7 +11,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Generic, TypeVar
 from urllib.parse import urlsplit
 
-from store.hot.topology import REDIS_MODES, SENTINEL_SCHEME, RedisMode, TopologyError
+from store.hot.topology import REDIS_MODES, RedisMode, TopologyError
 from store.hot.topology import parse as parse_topology
 
 ENVIRONMENTS = ("production", "staging")
@@ -213,13 +213,12 @@ def _wait_replicas(env: Mapping[str, str], mode: RedisMode, problems: list[str])
 
 def _redis_url(env: Mapping[str, str], mode: RedisMode, problems: list[str]) -> str:
     """REDIS_URL, checked against REDIS_MODE (store/hot/topology.py: the forms of each)."""
-    if mode == "cluster":  # seed nodes separated by commas: each one checked by parse_topology
+    if mode != "single":  # several hosts separated by commas: checked by parse_topology
         url = env.get("REDIS_URL", "").strip()
         if not url:
             problems.append("REDIS_URL is required")
     else:
-        schemes = (SENTINEL_SCHEME,) if mode == "sentinel" else ("redis", "rediss", "unix")
-        url = _url(env, "REDIS_URL", schemes, problems)
+        url = _url(env, "REDIS_URL", ("redis", "rediss", "unix"), problems)
     if url and mode != "single":
         try:
             parse_topology(url, mode)

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -128,6 +132,27 @@ async def _check_money(stack: Stack, load: Load) -> None:
         assert not report.differing, report.differing
 
 
+async def _bidder_reconcile(servers: ServerUrls) -> dict[str, Any]:
+    """`bidder reconcile --json` on the cluster, as an operator runs it: exit 0, its report."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "DATABASE_"))},
+        "DATABASE_URL": servers.database_url,
+        "REDIS_URL": servers.redis_url,
+        "REDIS_MODE": "cluster",
+    }
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bidder.cli", "reconcile", "--json"],
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
 async def test_a_primary_killed_under_load_loses_no_acknowledged_accept(
     servers: ServerUrls, cluster: LocalRedisCluster, stack: Stack
 ) -> None:
@@ -155,6 +180,9 @@ async def test_a_primary_killed_under_load_loses_no_acknowledged_accept(
     await asyncio.to_thread(cluster.node(victim).start)  # it comes back as a replica
     await asyncio.to_thread(cluster.wait_ok)
     await _check_money(stack, load)
+    report = await _bidder_reconcile(servers)
+    assert report["differing"] == 0
+    assert report["campaigns"][camp.id]["differences"] == []
     print(
         f"failover: {load.calls} calls, {len(load.acknowledged)} acknowledged, "
         f"{load.refused} refused, all {len(load.acknowledged)} deals recorded; "
