@@ -15,5 +15,6 @@ if [ "$#" -eq 0 ]; then
     .venv/bin/pytest --redis=cluster -q tests/integration/test_core_api.py \
         tests/integration/test_openrtb_bid.py tests/integration/test_openrtb_loss.py \
         tests/integration/test_records.py tests/integration/test_tracking.py \
-        tests/integration/test_core_budget.py tests/integration/test_cluster.py
+        tests/integration/test_core_budget.py tests/integration/test_cluster.py \
+        tests/e2e/test_two_instances.py
 fi

@@ -97,7 +97,7 @@ def _tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:]
 
 
-async def _until_ready(client: httpx.AsyncClient, auth: dict[str, str], log: Path) -> None:
+async def until_ready(client: httpx.AsyncClient, auth: dict[str, str], log: Path) -> None:
     """Both workers answer once every one of many connections gets an offer-capable answer."""
     deadline = time.monotonic() + 60
     streak = 0
@@ -142,7 +142,7 @@ async def test_two_workers_never_over_reserve(
     auth = {"Authorization": f"Bearer {key}"}
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=server, timeout=30, limits=limits) as client:
-        await _until_ready(client, auth, tmp_path / "granian.log")
+        await until_ready(client, auth, tmp_path / "granian.log")
 
         responses = await asyncio.gather(
             *[
