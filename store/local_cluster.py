@@ -1,5 +1,6 @@
 """A local Redis Cluster from the same Valkey/Redis binary as `LocalServers`: three primaries
-with a replica each (by default), `cluster-enabled yes`, on free loopback ports.
+with a replica each (by default), `cluster-enabled yes`, on free loopback ports; and a local
+Sentinel topology (`LocalSentinel`: a primary, a replica, sentinels).
 
 The cluster is formed by hand (CLUSTER ADDSLOTSRANGE, MEET, REPLICATE), so no `redis-cli`
 is needed. A node's cluster bus listens on a free port of its own (`cluster-port`), not on
@@ -9,6 +10,8 @@ the client port plus 10000, which may be out of range or taken. Used by the test
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,7 +21,13 @@ from typing import Any
 import redis
 from redis.crc import key_slot
 
-from store.local_servers import LocalServerError, RedisServer, free_port
+from store.local_servers import (
+    LocalServerError,
+    RedisServer,
+    free_port,
+    redis_server_binary,
+    stop_process,
+)
 
 SLOTS = 16384
 #: How long a primary may be unreachable before its replica takes over (ms).
@@ -237,3 +246,97 @@ class LocalRedisCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop(kill=True)
+
+
+@dataclass
+class LocalSentinel:
+    """A primary, a replica and `sentinels` sentinels watching them as `service`, in `folder`:
+    the Sentinel topology of REDIS_MODE=sentinel, from the same binary."""
+
+    folder: Path
+    service: str = "mymaster"
+    sentinels: int = 1
+    nodes: list[RedisServer] = field(default_factory=list)
+    sentinel_ports: list[int] = field(default_factory=list)
+    _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        """REDIS_URL for REDIS_MODE=sentinel."""
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        return f"redis+sentinel://{hosts}/{self.service}/0"
+
+    def start(self) -> None:
+        try:
+            primary = RedisServer(self.folder / "primary", free_port())
+            primary.start()
+            self.nodes.append(primary)
+            replica = RedisServer(
+                self.folder / "replica",
+                free_port(),
+                extra_args=("--replicaof", "127.0.0.1", str(primary.port)),
+            )
+            replica.start()
+            self.nodes.append(replica)
+            for index in range(self.sentinels):
+                self._start_sentinel(index, primary.port)
+            LocalRedisCluster._wait(lambda: self.primary_port() == primary.port, "sentinel")
+            LocalRedisCluster._wait(self._replica_in_step, "replica in step")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_sentinel(self, index: int, primary_port: int) -> None:
+        port = free_port()
+        folder = self.folder / f"sentinel-{index}"
+        folder.mkdir(parents=True, exist_ok=True)
+        config = folder / "sentinel.conf"
+        config.write_text(
+            f"port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {folder}\n"
+            f"logfile {folder / 'sentinel.log'}\n"
+            f"sentinel monitor {self.service} 127.0.0.1 {primary_port} 1\n"
+            f"sentinel down-after-milliseconds {self.service} {NODE_TIMEOUT_MS}\n"
+            f"sentinel failover-timeout {self.service} 5000\n"
+        )
+        proc = subprocess.Popen(  # noqa: S603 - our own binary, our own file
+            [str(redis_server_binary()), str(config), "--sentinel"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self._procs.append(proc)
+        self.sentinel_ports.append(port)
+        LocalRedisCluster._wait(lambda: _ping(port), "sentinel up")
+
+    def primary_port(self) -> int | None:
+        """The primary's port as the first sentinel names it."""
+        reply = _cmd(self.sentinel_ports[0], "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
+        return int(reply[1]) if reply else None
+
+    def _replica_in_step(self) -> bool:
+        role = _cmd(self.nodes[1].port, "ROLE")
+        return bool(role[0] == "slave" and role[3] == "connected")
+
+    def wait_new_primary(self, old: int, timeout: float = 30.0) -> int:
+        """The port of the primary the sentinels promoted after `old` failed."""
+        LocalRedisCluster._wait(
+            lambda: self.primary_port() not in (None, old), "sentinel failover", timeout
+        )
+        port = self.primary_port()
+        assert port is not None
+        return port
+
+    def node(self, port: int) -> RedisServer:
+        return next(node for node in self.nodes if node.port == port)
+
+    def stop(self) -> None:
+        for proc in self._procs:
+            stop_process(proc, signal.SIGKILL, 5)
+        self._procs.clear()
+        for node in self.nodes:
+            node.stop(kill=True)
+
+
+def _ping(port: int) -> bool:
+    return bool(_cmd(port, "PING"))

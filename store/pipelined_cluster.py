@@ -294,6 +294,11 @@ class PipelinedSentinel(PipelinedRedis):
         host, port = await self._sentinel.discover_master(self.service)
         return str(host), int(port)
 
+    async def aclose(self) -> None:
+        await super().aclose()
+        for client in self._sentinel.sentinels:
+            await client.aclose()
+
 
 def open_pipelined(
     url: str, timeout: float, mode: RedisMode = "single", wait_replicas: int = 0

@@ -12,6 +12,18 @@ from redis.asyncio.sentinel import Sentinel
 from store.hot.topology import RedisMode, parse
 
 
+class _SentinelPrimary(Redis):
+    """A client on the primary the sentinels name; closing it closes its sentinel clients."""
+
+    watchers: Sentinel | None = None
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        if self.watchers is not None:
+            for client in self.watchers.sentinels:
+                await client.aclose()
+
+
 def connect(
     url: str, timeout: float = 0.25, max_connections: int = 64, mode: RedisMode = "single"
 ) -> Redis:
@@ -51,8 +63,9 @@ def connect(
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         list(where.nodes), socket_timeout=timeout, socket_connect_timeout=timeout
     )
-    primary: Redis = sentinel.master_for(
+    primary: _SentinelPrimary = sentinel.master_for(
         where.service,
+        redis_class=_SentinelPrimary,
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         username=where.username,
@@ -60,6 +73,7 @@ def connect(
         db=where.db,
         max_connections=max_connections,
     )
+    primary.watchers = sentinel
     return primary
 
 
