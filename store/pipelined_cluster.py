@@ -132,9 +132,10 @@ class PipelinedCluster:
                 slots[int(start) : int(end) + 1] = [where] * (int(end) - int(start) + 1)
             self._slots, self._primaries = slots, primaries
             self._stale = False
+            # A node that is no primary any more keeps its connection: calls in flight on it
+            # get their replies (MOVED, or the outcome of a script it ran before it stepped
+            # down), not a 503 that could be untrue.
             self._refreshed_at = time.monotonic()
-            for gone in [a for a in self._nodes if a not in primaries]:
-                await self._nodes.pop(gone).aclose()
             return
         raise RedisConnectionError(f"no node of the Redis Cluster answered: {last}")
 
