@@ -25,6 +25,7 @@ import hashlib
 import logging
 import time
 from collections import deque
+from collections.abc import Coroutine
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -75,7 +76,9 @@ class HotConnection(Protocol):
 
     async def execute(self, *command: Arg) -> Any: ...
 
-    async def execute_keyed(self, key: str, *command: Arg, durable: bool = False) -> Any: ...
+    def execute_keyed(
+        self, key: str, *command: Arg, durable: bool = False
+    ) -> Coroutine[Any, Any, Any]: ...
 
     async def sync_clock(self) -> None: ...
 
@@ -340,12 +343,13 @@ class PipelinedRedis:
         await self._ensure_connected()
         return await self._send(command)
 
-    async def execute_keyed(self, key: str, *command: Arg, durable: bool = False) -> Any:
+    def execute_keyed(
+        self, key: str, *command: Arg, durable: bool = False
+    ) -> Coroutine[Any, Any, Any]:
         """`execute` (`execute_durable` with `durable`), for a command about `key` (a cluster
-        routes it by the key's slot)."""
-        if durable:
-            return await self.execute_durable(*command)
-        return await self.execute(*command)
+        routes it by the key's slot). The call itself, not a coroutine around it: no frame
+        more per hot-path script."""
+        return self.execute_durable(*command) if durable else self.execute(*command)
 
     async def execute_durable(self, *command: Arg) -> Any:
         """`execute`, the reply returned once `wait_replicas` replicas hold the change too
