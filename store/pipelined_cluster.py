@@ -172,7 +172,10 @@ class PipelinedCluster:
                     raise RedisConnectionError("no Redis Cluster node serves this key's slot")
             try:
                 if asking:
-                    return await node.execute_asking(*command)
+                    reply = await node.execute_asking(*command)
+                    if durable:  # the WAIT behind it covers it: same connection, later
+                        await node.execute_durable("PING")
+                    return reply
                 if durable:
                     return await node.execute_durable(*command)
                 return await node.execute(*command)
