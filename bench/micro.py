@@ -38,7 +38,7 @@ class _NoScript:
     def __init__(self, reply: list[Any]) -> None:
         self.reply = reply
 
-    async def __call__(self, keys: list[str], args: list[Any]) -> Any:
+    async def __call__(self, keys: list[str], args: list[Any], *, durable: bool = False) -> Any:
         return self.reply
 
 

@@ -17,6 +17,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, Self, TypeVar, get_type_hints
 from urllib.parse import urlsplit
 
+from store.hot.topology import REDIS_MODES, RedisMode, TopologyError
+from store.hot.topology import parse as parse_topology
+
 __all__ = [
     "DEFAULT_TRACKING_PATH",
     "ENVIRONMENTS",
@@ -37,6 +40,7 @@ __all__ = [
     "load_settings",
     "setting",
 ]
+
 
 ENVIRONMENTS = ("production", "staging")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -165,6 +169,23 @@ def _moment(name: str, raw: str) -> datetime:
     if moment.tzinfo is None:
         raise ValueError(f"{name} needs a time zone (e.g. Z or +02:00), got {raw!r}")
     return moment
+
+
+def _redis_mode(name: str, raw: str) -> RedisMode:
+    value = raw.strip().lower() or "single"
+    for mode in REDIS_MODES:
+        if value == mode:
+            return mode
+    raise ValueError(f"{name} must be one of {', '.join(REDIS_MODES)}, got {raw!r}")
+
+
+def _whole_number(name: str, raw: str) -> int:
+    raw = raw.strip()
+    if not raw:
+        return _UNSET  # type: ignore[no-any-return]
+    if not raw.isdigit():
+        raise ValueError(f"{name} must be a whole number >= 0, got {raw!r}")
+    return int(raw)
 
 
 def _rate(name: str, raw: str) -> Decimal:
@@ -324,14 +345,33 @@ class RedisSettings(Group):
     """The hot state: budgets, offers, the record queue."""
 
     url: str = setting("REDIS_URL", "", _trimmed)
-    """Redis, `redis://host:6379/0`, `rediss://...` (TLS) or `unix:///path.sock`."""
+    """Redis, `redis://host:6379/0`, `rediss://...` (TLS) or `unix:///path.sock`; in cluster
+    mode seed nodes separated by commas, in sentinel mode `redis+sentinel://...`
+    (store/hot/topology.py: the forms of each)."""
+    mode: RedisMode = setting("REDIS_MODE", "single", _redis_mode)  # noqa: RUF009 - declaration
+    """`single`, `cluster` or `sentinel`."""
+    replicas: int | None = setting("REDIS_WAIT_REPLICAS", None, _whole_number)
+    """Replicas an accept, a billed impression or a playout waits for before its 2xx; unset:
+    1 with replicas to fail over to (cluster, sentinel), else 0 (`wait_replicas`)."""
     timeout_seconds: float = setting("REDIS_TIMEOUT_SECONDS", 0.25, _positive_float)
     """The hot path's socket timeout: past it the Core API answers 503, OpenRTB `nbr` 1."""
+
+    @property
+    def wait_replicas(self) -> int:
+        """REDIS_WAIT_REPLICAS, or its default for the mode."""
+        if self.replicas is not None:
+            return self.replicas
+        return 0 if self.mode == "single" else 1
 
     def checked(self, problems: list[str], *, required: bool) -> Self:
         if not self.url:
             if required:
                 problems.append("REDIS_URL is required")
+        elif self.mode != "single":
+            try:
+                parse_topology(self.url, self.mode)
+            except TopologyError as exc:
+                problems.append(f"REDIS_URL: {exc}")
         elif problem := _url_problem("REDIS_URL", self.url, ("redis", "rediss", "unix")):
             problems.append(problem)
         return self

@@ -8,11 +8,12 @@ or an expired `asyncio.timeout` too.
 from __future__ import annotations
 
 import asyncpg
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 #: Redis unreachable, too slow or failing the call: redis-py's own errors (its ConnectionError
-#: and TimeoutError among them) and the socket's (OSError).
-REDIS_DOWN: tuple[type[Exception], ...] = (RedisError, OSError)
+#: and TimeoutError among them), its cluster client's (no node of the cluster reachable, a slot
+#: no primary serves: RedisClusterException is no RedisError) and the socket's (OSError).
+REDIS_DOWN: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
 
 #: Postgres out of reach: refused, dropped, starting or stopping. Narrower than
 #: `POSTGRES_DOWN`: an error the server sends back about a statement is not in it, so what

@@ -282,6 +282,8 @@ class RedisServer:
     port: int
     appendfsync: str = "everysec"
     proc: subprocess.Popen[bytes] | None = None
+    #: More server arguments (a cluster node's, store/local_cluster.py).
+    extra_args: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -310,6 +312,7 @@ class RedisServer:
             str(log),
             "--protected-mode",
             "no",
+            *self.extra_args,
         ]
         self.proc = subprocess.Popen(  # noqa: S603 - our own binary, fixed arguments
             args,

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from collections import deque
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import hiredis
@@ -40,6 +42,47 @@ _CLOCK_ROUND_TRIP_S = 0.02
 #: The most commands one write waits for: a tick that queues more sends them in writes of this
 #: many (and the rest at the end of the tick).
 BATCH_COMMANDS = 8
+#: Of the timeout, how long a WAIT for the replicas may take (the rest is the reply's way).
+_WAIT_SHARE = 0.5
+#: After a WAIT no replica answered in time, how long durable calls do not wait.
+_WAIT_OFF_S = 5.0
+
+_log = logging.getLogger("bidder.redis")
+
+
+def _copy_outcome(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif source.exception() is not None:
+        target.set_exception(source.exception())  # type: ignore[arg-type]
+    else:
+        target.set_result(source.result())
+
+
+class HotConnection(Protocol):
+    """What the hot state needs of its pipelined connection: one server (`PipelinedRedis`),
+    or a cluster's primaries (store/pipelined_cluster.py)."""
+
+    timeout: float
+
+    @property
+    def is_connected(self) -> bool: ...
+
+    async def connected(self, key: str = "") -> None: ...
+
+    def deadline_ms(self, margin: float, key: str = "") -> int: ...
+
+    async def execute(self, *command: Arg) -> Any: ...
+
+    def execute_keyed(
+        self, key: str, *command: Arg, durable: bool = False
+    ) -> Coroutine[Any, Any, Any]: ...
+
+    async def sync_clock(self) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class _Protocol(asyncio.Protocol):
@@ -62,6 +105,10 @@ class _Protocol(asyncio.Protocol):
                 continue
             if isinstance(reply, hiredis.ReplyError):
                 message = str(reply)
+                if message.startswith("READONLY"):
+                    # A primary turned replica under us (a failover): connect again, to the
+                    # server that is primary now (a Sentinel-watched connection asks again).
+                    self.owner.drop_soon()
                 error: Exception = (
                     NoScriptError(message)
                     if message.startswith("NOSCRIPT")
@@ -78,7 +125,12 @@ class _Protocol(asyncio.Protocol):
 class PipelinedRedis:
     """One auto-pipelined connection to one Redis server (host/port/db from a redis:// URL)."""
 
-    def __init__(self, url: str, timeout: float = 0.25) -> None:
+    def __init__(self, url: str, timeout: float = 0.25, wait_replicas: int = 0) -> None:
+        self.url = url
+        #: How many replicas a durable call waits for (WAIT) before its reply is returned.
+        self.wait_replicas = wait_replicas
+        self._waiter: asyncio.Future[int] | None = None  # the WAIT the tick's durable calls share
+        self._wait_off_until = 0.0  # WAIT skipped until then (no replica acknowledged in time)
         parts = urlsplit(url)
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or 6379
@@ -104,8 +156,9 @@ class PipelinedRedis:
         loop = asyncio.get_running_loop()
         self._loop = loop
         try:
+            host, port = await self._address()
             transport, _ = await asyncio.wait_for(
-                loop.create_connection(lambda: _Protocol(self), self._host, self._port),
+                loop.create_connection(lambda: _Protocol(self), host, port),
                 self.timeout,
             )
         except (OSError, TimeoutError) as exc:
@@ -122,6 +175,10 @@ class PipelinedRedis:
         for reply in replies:
             await reply
         await self._measure_clock(self._enqueue(loop, ("TIME",)))
+
+    async def _address(self) -> tuple[str, int]:
+        """The server to connect to (a Sentinel-watched connection asks the sentinels)."""
+        return self._host, self._port
 
     async def sync_clock(self) -> None:
         """Measure Redis' clock against this host's again (`clock`)."""
@@ -143,7 +200,7 @@ class PipelinedRedis:
         if after - before <= _CLOCK_ROUND_TRIP_S:
             self.clock = redis_now - after
 
-    def deadline_ms(self, margin: float) -> int:
+    def deadline_ms(self, margin: float, key: str = "") -> int:
         """The epoch ms, on Redis' clock, after which a call sent now has been given up on,
         less `margin`: every call in flight fails once the oldest is `timeout` old."""
         started = self._pending[0][1] if self._pending else time.monotonic()
@@ -154,8 +211,9 @@ class PipelinedRedis:
     def is_connected(self) -> bool:
         return self._transport is not None and not self._transport.is_closing()
 
-    async def connected(self) -> None:
-        """Connect now if not connected (the clock is measured as part of connecting)."""
+    async def connected(self, key: str = "") -> None:
+        """Connect now if not connected (the clock is measured as part of connecting). `key`
+        names the data the next call is about (one server holds all of it here)."""
         if self._loop is not None and self._loop is not asyncio.get_running_loop():
             return  # `execute` starts over on this loop
         await self._ensure_connected()
@@ -183,6 +241,11 @@ class PipelinedRedis:
         if transport is not None and not transport.is_closing():
             transport.abort()
 
+    def drop_soon(self) -> None:
+        """Drop the connection once this reply's turn is over; the next call reconnects."""
+        if self._loop is not None:
+            self._loop.call_soon(self._fail, RedisConnectionError("Redis turned read-only"))
+
     async def aclose(self) -> None:
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -192,8 +255,18 @@ class PipelinedRedis:
     # -- sending -----------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """The end of a tick's write (scheduled by the tick's first command)."""
+        """The end of a tick's write (scheduled by the tick's first command); one WAIT behind
+        the tick's commands when a durable call asked for it."""
         self._flush_scheduled = False
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and self._loop is not None:
+            wait_ms = max(1, int(self.timeout * 1000 * _WAIT_SHARE))
+            try:
+                reply = self._enqueue(self._loop, ("WAIT", self.wait_replicas, wait_ms))
+            except RedisConnectionError as exc:
+                waiter.set_exception(exc)
+            else:
+                reply.add_done_callback(lambda done: _copy_outcome(done, waiter))
         self._write_outbox()
 
     def _write_outbox(self) -> None:
@@ -270,19 +343,67 @@ class PipelinedRedis:
         await self._ensure_connected()
         return await self._send(command)
 
+    def execute_keyed(
+        self, key: str, *command: Arg, durable: bool = False
+    ) -> Coroutine[Any, Any, Any]:
+        """`execute` (`execute_durable` with `durable`), for a command about `key` (a cluster
+        routes it by the key's slot). The call itself, not a coroutine around it: no frame
+        more per hot-path script."""
+        return self.execute_durable(*command) if durable else self.execute(*command)
+
+    async def execute_durable(self, *command: Arg) -> Any:
+        """`execute`, the reply returned once `wait_replicas` replicas hold the change too
+        (one WAIT behind this tick's commands, shared by its durable calls), so a failover
+        that promotes one of them keeps it. A WAIT that no replica answers in time (a half of
+        `timeout`) still returns the reply (the change is made: a 503 would be untrue), logs
+        it, and WAIT is skipped for `_WAIT_OFF_S` (no replica in step: waiting on each call
+        would stall this connection's every call)."""
+        if self.wait_replicas <= 0 or time.monotonic() < self._wait_off_until:
+            return await self.execute(*command)
+        reply = self.execute(*command)
+        loop = asyncio.get_running_loop()
+        if self._waiter is None:
+            self._waiter = loop.create_future()
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                loop.call_soon(self._flush)
+        waiter = self._waiter
+        result = await reply
+        acknowledged = await waiter
+        if int(acknowledged) < self.wait_replicas and time.monotonic() >= self._wait_off_until:
+            self._wait_off_until = time.monotonic() + _WAIT_OFF_S
+            _log.warning(
+                "no replica acknowledged a durable write in time: WAIT off for a while",
+                extra={"server": self.url.rpartition("@")[2], "replicas": int(acknowledged)},
+            )
+        return result
+
+    async def execute_asking(self, *command: Arg) -> Any:
+        """`command` right behind ASKING on this connection (a cluster's slot in migration)."""
+        await self.execute("PING")  # connected, on this loop
+        loop = asyncio.get_running_loop()
+        asking = self._enqueue(loop, ("ASKING",))
+        reply = self._enqueue(loop, command)
+        await asking
+        return await reply
+
 
 class PipelinedScript:
     """A Lua script run with EVALSHA on a PipelinedRedis, loaded on first NOSCRIPT."""
 
-    def __init__(self, client: PipelinedRedis, source: str) -> None:
+    def __init__(self, client: HotConnection, source: str) -> None:
         self.client = client
         self.source = source
         self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
 
-    async def __call__(self, keys: list[str], args: list[Arg]) -> Any:
+    async def __call__(self, keys: list[str], args: list[Arg], *, durable: bool = False) -> Any:
+        """Run the script; with `durable`, its reply waits for the replicas (execute_durable)."""
         command: tuple[Arg, ...] = ("EVALSHA", self.sha, len(keys), *keys, *args)
+        key = keys[0] if keys else ""
         try:
-            return await self.client.execute(*command)
+            return await self.client.execute_keyed(key, *command, durable=durable)
         except NoScriptError:
+            # Loaded on every primary of a cluster: a call redirected to another one (a slot
+            # migrating, a failover) finds it there too.
             await self.client.execute("SCRIPT", "LOAD", self.source)
-            return await self.client.execute(*command)
+            return await self.client.execute_keyed(key, *command, durable=durable)

@@ -41,7 +41,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from store.errors import POSTGRES_CLOSED, POSTGRES_UNREACHABLE, REDIS_DOWN
-from store.hot.client import connect
+from store.hot.client import connect, is_cluster
 from store.hot.keys import QUEUE_GROUP, queue_keys, tag
 from store.record_rows import RECORD_TYPES, Entry, RecordError, Rows, add_entry, write_rows
 
@@ -55,6 +55,8 @@ _STATS_EVERY_S = 1.0
 _BACKOFF_START_S = 0.05
 _BACKOFF_CAP_S = 2.0
 _IDLE_CONSUMER_MS = 3_600_000
+#: On a Redis Cluster (no blocking read over every stream), the pause after an empty read.
+_CLUSTER_POLL_MS = 20
 # Pauses before this writer tries again an entry that waits for a parent row another writer
 # holds (the deal of a playout confirmed right after its accept), or that an error of no known
 # class refused; after them, the reclaim.
@@ -231,11 +233,18 @@ class RecordWriter:
         due = self._due_waiting()
         if due:  # a batch of their own: one still refused must not split a batch of new ones
             return due
-        streams: dict[Any, Any] = {key: ">" for key in queue_keys()}
         try:
-            raw: Any = await self.redis.xreadgroup(
-                QUEUE_GROUP, self.consumer, streams, count=self.batch_size, block=self._block_ms()
-            )
+            if is_cluster(self.redis):
+                raw: Any = await self._read_each_stream()
+            else:
+                streams: dict[Any, Any] = {key: ">" for key in queue_keys()}
+                raw = await self.redis.xreadgroup(
+                    QUEUE_GROUP,
+                    self.consumer,
+                    streams,
+                    count=self.batch_size,
+                    block=self._block_ms(),
+                )
         except ResponseError as exc:
             if "NOGROUP" in str(exc):  # the streams were deleted (FLUSHALL): recreate
                 self._groups_ready = False
@@ -245,6 +254,20 @@ class RecordWriter:
         for stream, entries in raw or []:
             batch += _entries(_text(stream), entries)
         return batch
+
+    async def _read_each_stream(self) -> list[Any]:
+        """New entries on a Redis Cluster, where the 16 queue streams live in 16 slots and one
+        XREADGROUP may name only one: a read of each stream, in one pipeline (a round trip per
+        node). When all are empty, a pause of up to `_CLUSTER_POLL_MS` before the next read
+        stands for the blocking read's wait."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key in queue_keys():
+                pipe.xreadgroup(QUEUE_GROUP, self.consumer, {key: ">"}, count=self.batch_size)
+            replies = await pipe.execute()
+        raw = [stream for reply in replies for stream in reply or []]
+        if not any(entries for _, entries in raw):
+            await asyncio.sleep(min(self._block_ms(), _CLUSTER_POLL_MS) / 1000)
+        return raw
 
     def _due_waiting(self) -> list[Entry]:
         """Entries waiting for a parent row whose pause is over (taken out of the wait)."""
@@ -561,7 +584,7 @@ async def run_writer(runtime: WriterRuntime) -> None:
     client of its own: a blocking read must not hold one of the hot path's connections, and
     needs a longer socket timeout than the hot path's fail-fast one."""
     settings = runtime.settings
-    redis = connect(settings.redis.url, timeout=2.0, max_connections=4)
+    redis = connect(settings.redis.url, timeout=2.0, max_connections=4, mode=settings.redis.mode)
     writer = RecordWriter(
         redis,
         runtime.postgres.connect,

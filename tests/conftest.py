@@ -15,9 +15,22 @@ import pytest
 from tests.support.servers import ServerUrls, empty_servers, migrate_database, session_servers
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--redis",
+        choices=("single", "cluster"),
+        default="single",
+        help="the Redis the session starts: one server, or a local Redis Cluster (three "
+        "primaries with a replica each) the app speaks to with REDIS_MODE=cluster",
+    )
+
+
 @pytest.fixture(scope="session")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerUrls]:
-    with session_servers(Path(tmp_path_factory.mktemp("servers"))) as urls:
+def servers(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerUrls]:
+    cluster = request.config.getoption("--redis") == "cluster"
+    with session_servers(Path(tmp_path_factory.mktemp("servers")), cluster=cluster) as urls:
         yield urls
 
 

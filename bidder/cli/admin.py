@@ -61,7 +61,9 @@ def _run(view: View) -> int:
     settings = command_settings()
 
     async def work(conn: Conn) -> Any:
-        redis = connect(settings.redis.url, timeout=5.0, max_connections=2)
+        redis = connect(
+            settings.redis.url, timeout=5.0, max_connections=2, mode=settings.redis.mode
+        )
         try:
             return await view(conn, HotState(redis))
         except ServiceError as exc:

@@ -100,7 +100,7 @@ async def _writer_main(settings: Settings, batch_size: int, metrics_port: int | 
     metrics = Metrics()
     if metrics_port:
         start_http_server(metrics_port, registry=metrics.registry)
-    redis = connect(settings.redis.url, timeout=2.0, max_connections=4)
+    redis = connect(settings.redis.url, timeout=2.0, max_connections=4, mode=settings.redis.mode)
     pool: list[asyncpg.Pool] = []
 
     async def get_pool() -> asyncpg.Pool:
@@ -134,7 +134,7 @@ def run_reconcile_command(args: argparse.Namespace) -> int:
 
 
 async def _reconcile_main(settings: Settings, *, repair: bool, as_json: bool) -> int:
-    redis = connect(settings.redis.url, timeout=5.0, max_connections=4)
+    redis = connect(settings.redis.url, timeout=5.0, max_connections=4, mode=settings.redis.mode)
     try:
         conn = await asyncpg.connect(settings.postgres.url, timeout=5)
     except CONNECT_ERRORS as exc:

@@ -18,7 +18,7 @@ from bidder.runtime.loops import Loops, budget_loop, inventory_loop, sweep_loop
 from bidder.runtime.postgres import PostgresHandle
 from bidder.settings import Settings
 from store.hot import HotState, connect
-from store.pipelined import PipelinedRedis
+from store.pipelined_cluster import open_pipelined
 from store.records import run_writer
 
 __all__ = ["Runtime"]
@@ -40,9 +40,16 @@ class Runtime:
         # serves reads, syncs, the sweeper, the writer and the admin API, where a busy moment
         # should not turn into a 503.
         self.redis: Redis = connect(
-            settings.redis.url, max(settings.redis.timeout_seconds, _BACKGROUND_REDIS_TIMEOUT)
+            settings.redis.url,
+            max(settings.redis.timeout_seconds, _BACKGROUND_REDIS_TIMEOUT),
+            mode=settings.redis.mode,
         )
-        self.fast = PipelinedRedis(settings.redis.url, settings.redis.timeout_seconds)
+        self.fast = open_pipelined(
+            settings.redis.url,
+            settings.redis.timeout_seconds,
+            settings.redis.mode,
+            settings.redis.wait_replicas,
+        )
         self.hot = HotState(self.redis, fast=self.fast)
         self.metrics = Metrics()
         stopping = asyncio.Event()

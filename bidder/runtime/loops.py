@@ -16,7 +16,7 @@ from bidder.runtime.inventory import InventoryLoader
 from matching.snapshot import SHARDS
 from store.errors import REDIS_DOWN
 from store.hot import HotState
-from store.pipelined import PipelinedRedis
+from store.pipelined import HotConnection
 
 __all__ = ["Loops", "budget_loop", "inventory_loop", "sweep_loop"]
 
@@ -73,7 +73,7 @@ async def inventory_loop(loops: Loops, inventory: InventoryLoader, every: float)
         await inventory.poll()
 
 
-async def budget_loop(loops: Loops, budgets: Budgets, hot: HotState, fast: PipelinedRedis) -> None:
+async def budget_loop(loops: Loops, budgets: Budgets, hot: HotState, fast: HotConnection) -> None:
     """Refresh the budget view one shard a tick: every campaign's figures are at most about
     `budgets.refresh_seconds` old, and no tick blocks the event loop for long (reading all
     2,000 campaigns of the bench inventory at once takes ~6 ms of CPU, a stall every request

@@ -35,9 +35,10 @@ from store.hot.keys import (
     freq_key,
     offer_key,
     queue_key,
+    tag,
     tracked_key,
 )
-from store.pipelined import Arg, PipelinedRedis, PipelinedScript
+from store.pipelined import Arg, HotConnection, PipelinedScript
 
 _json = msgspec.json.Encoder()
 
@@ -118,7 +119,7 @@ def _late() -> RedisTimeoutError:
 
 
 class _Script(Protocol):
-    async def __call__(self, keys: list[str], args: list[Arg]) -> Any: ...
+    async def __call__(self, keys: list[str], args: list[Arg], *, durable: bool = False) -> Any: ...
 
 
 class _ClientScript:
@@ -127,7 +128,7 @@ class _ClientScript:
     def __init__(self, redis: Redis, source: str) -> None:
         self._script: AsyncScript = redis.register_script(source)
 
-    async def __call__(self, keys: list[str], args: list[Arg]) -> Any:
+    async def __call__(self, keys: list[str], args: list[Arg], *, durable: bool = False) -> Any:
         return await self._script(keys=keys, args=args)
 
 
@@ -154,7 +155,7 @@ class HotState:
         self,
         redis: Redis,
         *,
-        fast: PipelinedRedis | None = None,
+        fast: HotConnection | None = None,
         retention_ms: int = 25 * 3_600_000,
         deal_ttl_ms: int = 30 * 86_400_000,
     ) -> None:
@@ -177,18 +178,20 @@ class HotState:
         self._sync_totals = _ClientScript(redis, _load("sync_totals.lua"))
         self._top_up = _ClientScript(redis, _load("top_up.lua"))
 
-    async def _connected(self) -> None:
-        """Connect `fast` before a deadline is set: the connect measures Redis' clock."""
+    async def _connected(self, shard: int) -> None:
+        """Connect `fast` (to the server of `shard`'s keys) before a deadline is set: the
+        connect measures Redis' clock."""
         if self._fast is not None and not self._fast.is_connected:
-            await self._fast.connected()
+            await self._fast.connected(tag(shard))
 
-    def _deadline(self) -> int:
-        """The epoch ms (Redis' clock) after which a script sent now must change nothing; 0
-        (none) without a pipelined connection, whose caller waits for the reply however long."""
+    def _deadline(self, shard: int) -> int:
+        """The epoch ms (Redis' clock) after which a script on `shard`'s keys sent now must
+        change nothing; 0 (none) without a pipelined connection, whose caller waits for the
+        reply however long."""
         fast = self._fast
         if fast is None:
             return 0
-        return fast.deadline_ms(min(_REPLY_MARGIN_S, fast.timeout / 2))
+        return fast.deadline_ms(min(_REPLY_MARGIN_S, fast.timeout / 2), tag(shard))
 
     async def reserve(
         self,
@@ -222,7 +225,7 @@ class HotState:
             "expires_ms": str(expires_ms),
             "day": day,
         }
-        await self._connected()
+        await self._connected(shard)
         argv: list[Arg] = [
             campaign.id,
             price_micros,
@@ -235,7 +238,7 @@ class HotState:
             expires_ms,
             max(expires_ms - now_ms, 0) + self.retention_ms,
             offer_id,
-            self._deadline(),
+            self._deadline(shard),
         ]
         argv.extend(chain.from_iterable(offer.items()))  # the offer's fields as name, value pairs
         keys = [
@@ -284,7 +287,7 @@ class HotState:
             billing_codes_key(shard),
             deal_key(shard, deal_id or offer_id),
         ]
-        await self._connected()
+        await self._connected(shard)
         args: list[Arg] = [
             action,
             publisher_id,
@@ -296,9 +299,10 @@ class HotState:
             deal_id,
             self.deal_ttl_ms,
             self.retention_ms,
-            self._deadline(),
+            self._deadline(shard),
         ]
-        result = await self._respond(keys, args)
+        # An accept is money: its reply waits for the replicas (REDIS_WAIT_REPLICAS).
+        result = await self._respond(keys, args, durable=action == "accept")
         if int(result[0]) == 0:
             reason = _text(result[1])
             if reason == "late":
@@ -341,14 +345,14 @@ class HotState:
             return "unknown", 0
         today, yesterday = _day_pair(now)
         keys = _offer_keys(shard, offer_id, now, today, yesterday)
-        await self._connected()
+        await self._connected(shard)
         args: list[Arg] = [
             epoch_ms(now),
             today,
             yesterday,
             _json.encode(payload).decode(),
             self.retention_ms,
-            self._deadline(),
+            self._deadline(shard),
         ]
         result = await self._loss(keys, args)
         status = _text(result[0])
@@ -375,7 +379,7 @@ class HotState:
             billing_codes_key(shard),
             tracked_key(shard, offer_id),
         ]
-        await self._connected()
+        await self._connected(shard)
         args: list[Arg] = [
             epoch_ms(now),
             today,
@@ -384,9 +388,10 @@ class HotState:
             _json.encode(payload).decode(),
             _json.encode(billing).decode(),
             self.retention_ms,
-            self._deadline(),
+            self._deadline(shard),
         ]
-        result = await self._track(keys, args)
+        # An impression may bill: its reply waits for the replicas (REDIS_WAIT_REPLICAS).
+        result = await self._track(keys, args, durable=bool(billing))
         status = _text(result[0])
         if status == "late":
             raise _late()
@@ -405,7 +410,7 @@ class HotState:
             return PlayoutResult("not_found")
         playout_id = str(uuid.uuid4())
         keys = [deal_key(shard, deal_id), queue_key(shard)]
-        await self._connected()
+        await self._connected(shard)
         args: list[Arg] = [
             publisher_id,
             playout_id,
@@ -413,9 +418,9 @@ class HotState:
             _json.encode(
                 {**payload, "playout_id": playout_id, "confirmed_ms": epoch_ms(now)}
             ).decode(),
-            self._deadline(),
+            self._deadline(shard),
         ]
-        result = await self._playout(keys, args)
+        result = await self._playout(keys, args, durable=True)
         status = _text(result[0])
         if status == "late":
             raise _late()
@@ -434,7 +439,7 @@ class HotState:
             return None
         key = offer_key(shard, offer_id)
         if hot_path and self._fast is not None:
-            flat = await self._fast.execute("HGETALL", key)
+            flat = await self._fast.execute_keyed(key, "HGETALL", key)
             pairs: Iterable[tuple[Any, Any]] = zip(flat[::2], flat[1::2], strict=True)
         else:
             pairs = (await self.redis.hgetall(key)).items()
@@ -468,7 +473,11 @@ class HotState:
                 pipe.delete(f"{billing_codes_key(shard)}:next")
                 if code_map:
                     pipe.hset(f"{billing_codes_key(shard)}:next", mapping=code_map)  # type: ignore[arg-type]
-                    pipe.rename(f"{billing_codes_key(shard)}:next", billing_codes_key(shard))
+                    # RENAME by name: a cluster pipeline refuses its method (its two keys
+                    # share the shard's hash tag, so one slot, here).
+                    pipe.execute_command(
+                        "RENAME", f"{billing_codes_key(shard)}:next", billing_codes_key(shard)
+                    )
                 else:
                     pipe.delete(billing_codes_key(shard))
             await pipe.execute()

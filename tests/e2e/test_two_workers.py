@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import os
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -27,7 +26,7 @@ from tests.support.factories import (
     make_key,
     seed,
 )
-from tests.support.processes import free_port, running, tail
+from tests.support.processes import free_port, running, until_workers_ready
 from tests.support.servers import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls
 
 API = "/functions/v1/api"
@@ -72,25 +71,6 @@ def _granian(servers: ServerUrls, log: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
-async def _until_ready(client: httpx.AsyncClient, auth: dict[str, str], log: Path) -> None:
-    """Both workers answer once every one of many connections gets an offer-capable answer."""
-    deadline = time.monotonic() + 60
-    streak = 0
-    while streak < 20:
-        if time.monotonic() > deadline:
-            pytest.fail("server did not become ready:\n" + tail(log))
-        try:
-            async with httpx.AsyncClient(base_url=str(client.base_url), timeout=2) as fresh:
-                ready = await fresh.get("/readyz")
-                demo = await fresh.get(f"{API}/offers/request/test-display-test", headers=auth)
-            ok = ready.status_code == 200 and demo.status_code == 200
-        except httpx.HTTPError:
-            ok = False
-        streak = streak + 1 if ok else 0
-        if not ok:
-            await asyncio.sleep(0.2)
-
-
 @pytest.fixture
 async def server(servers: ServerUrls, clean: None, tmp_path: Path) -> AsyncIterator[str]:
     await seed(
@@ -117,7 +97,7 @@ async def test_two_workers_never_over_reserve(
     auth = {"Authorization": f"Bearer {key}"}
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=server, timeout=30, limits=limits) as client:
-        await _until_ready(client, auth, tmp_path / "granian.log")
+        await until_workers_ready(client, auth, tmp_path / "granian.log")
 
         responses = await asyncio.gather(
             *[

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from bidder.http.app import create_app
 from bidder.settings import Settings
 from store.hot import connect
-from tests.support.servers import ServerUrls, make_settings
+from tests.support.servers import ServerUrls, make_settings, redis_mode
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +24,7 @@ def settings(servers: ServerUrls) -> Settings:
 @pytest.fixture
 async def redis_client(servers: ServerUrls, clean: None) -> AsyncIterator[Redis]:
     """An asyncio Redis client on the (flushed) test server, closed after the test."""
-    client = connect(servers.redis_url, timeout=2.0)
+    client = connect(servers.redis_url, timeout=2.0, mode=redis_mode(servers))
     yield client
     await client.aclose()
 

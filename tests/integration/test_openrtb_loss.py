@@ -264,7 +264,7 @@ async def test_signed_with_an_older_secret_still_verifies(live: Live, settings: 
 
     offer_id, _ = await make_bid(live)
     older = make_settings(
-        ServerUrls(settings.redis.url, settings.postgres.url, None),
+        ServerUrls(settings.redis.url, settings.postgres.url, None, settings.redis.mode),
         SIGNING_SECRETS=SIGNING_SECRETS.split(",")[1],
     )
     url = loss_url(older, offer_id, f.PUB, f.SCREEN_MOVING, epoch_ms(utcnow()))

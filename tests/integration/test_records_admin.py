@@ -422,7 +422,7 @@ async def test_the_cli_shows_and_tops_up_what_the_admin_api_does(
     top-up logs its audit line there as well."""
     await seed(settings.postgres.url, basic_document())
     await wait_for_inventory(app_client)
-    env = cli_env(ServerUrls(settings.redis.url, settings.postgres.url, None))
+    env = cli_env(ServerUrls(settings.redis.url, settings.postgres.url, None, settings.redis.mode))
     hot = HotState(redis_client)
     camp = build_snapshot(basic_document()).campaigns[CAMPAIGN]
     offer_id = await reserve_offer(hot, camp, "core")

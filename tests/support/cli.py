@@ -15,11 +15,14 @@ from tests.support.servers import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls
 
 def cli_env(servers: ServerUrls, **overrides: str) -> dict[str, str]:
     env = {
-        k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "ADMIN_TOKEN")
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DATABASE_URL", "REDIS_URL", "REDIS_MODE", "ADMIN_TOKEN")
     }
     env.update(
         DATABASE_URL=servers.database_url,
         REDIS_URL=servers.redis_url,
+        REDIS_MODE=servers.redis_mode,
         ADMIN_TOKEN=ADMIN_TOKEN,
         SIGNING_SECRETS=SIGNING_SECRETS,
         BIDDER_ENV="staging",

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.support.cli import cli_env
+from tests.support.core import API
 from tests.support.servers import ServerUrls
 
 
@@ -110,3 +111,23 @@ def stop_serve(server: subprocess.Popen[bytes]) -> None:
     if server.poll() is None:
         os.killpg(server.pid, signal.SIGKILL)  # the session this test started, workers too
         server.wait(5)
+
+
+async def until_workers_ready(client: httpx.AsyncClient, auth: dict[str, str], log: Path) -> None:
+    """Every worker behind `client` answers: many fresh connections in a row each get a ready
+    /readyz and a demo offer."""
+    deadline = time.monotonic() + 60
+    streak = 0
+    while streak < 20:
+        if time.monotonic() > deadline:
+            pytest.fail("server did not become ready:\n" + tail(log))
+        try:
+            async with httpx.AsyncClient(base_url=str(client.base_url), timeout=2) as fresh:
+                ready = await fresh.get("/readyz")
+                demo = await fresh.get(f"{API}/offers/request/test-display-test", headers=auth)
+            ok = ready.status_code == 200 and demo.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        streak = streak + 1 if ok else 0
+        if not ok:
+            await asyncio.sleep(0.2)

@@ -19,6 +19,8 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from bidder.settings import Settings, load_settings
+from store.hot.topology import RedisMode
+from store.local_cluster import LocalRedisCluster
 from store.local_servers import LocalServers
 from store.postgres import migrate
 
@@ -31,30 +33,56 @@ class ServerUrls:
     redis_url: str
     database_url: str
     local: LocalServers | None
+    redis_mode: str = "single"
+    cluster: LocalRedisCluster | None = None
 
 
 @contextmanager
-def session_servers(folder: Path) -> Iterator[ServerUrls]:
-    """REDIS_URL / DATABASE_URL when both are set, else a Redis and a Postgres started in
-    `folder` (the same mechanism as `bidder dev`) and stopped on exit."""
+def session_servers(folder: Path, *, cluster: bool = False) -> Iterator[ServerUrls]:
+    """REDIS_URL / DATABASE_URL (and REDIS_MODE) when both are set, else a Redis and a
+    Postgres started in `folder` (the same mechanism as `bidder dev`) and stopped on exit;
+    with `cluster`, a local Redis Cluster (three primaries with a replica each) instead of the
+    single Redis."""
     redis_url, database_url = os.environ.get("REDIS_URL"), os.environ.get("DATABASE_URL")
     if redis_url and database_url:
-        yield ServerUrls(redis_url, database_url, None)
+        yield ServerUrls(redis_url, database_url, None, os.environ.get("REDIS_MODE", "single"))
         return
     local = LocalServers(folder)
     local.start()
     assert local.redis is not None
     assert local.postgres is not None
+    started = None
     try:
-        yield ServerUrls(local.redis.url, local.postgres.url, local)
+        if cluster:
+            started = LocalRedisCluster(folder / "cluster")
+            started.start()
+            yield ServerUrls(started.url, local.postgres.url, local, "cluster", started)
+        else:
+            yield ServerUrls(local.redis.url, local.postgres.url, local)
     finally:
+        if started is not None:
+            started.stop()
         local.discard()
+
+
+def redis_mode(servers: ServerUrls) -> RedisMode:
+    """The session's REDIS_MODE."""
+    return "cluster" if servers.redis_mode == "cluster" else "single"
+
+
+def flush_redis(servers: ServerUrls) -> None:
+    """Empty the session's Redis (every primary of a cluster)."""
+    if servers.cluster is not None:
+        servers.cluster.flushall()
+    else:
+        redis.Redis.from_url(servers.redis_url).flushall()
 
 
 def make_settings(servers: ServerUrls, **overrides: str) -> Settings:
     env = {
         "DATABASE_URL": servers.database_url,
         "REDIS_URL": servers.redis_url,
+        "REDIS_MODE": servers.redis_mode,
         "ADMIN_TOKEN": ADMIN_TOKEN,
         "SIGNING_SECRETS": SIGNING_SECRETS,
         "BIDDER_ENV": "staging",
@@ -84,7 +112,7 @@ RECORD_AND_INVENTORY_TABLES = (
 
 async def empty_servers(servers: ServerUrls) -> None:
     """Empty Redis and every table (the schema stays), so a test starts from nothing."""
-    redis.Redis.from_url(servers.redis_url).flushall()
+    flush_redis(servers)
     conn = await asyncpg.connect(servers.database_url)
     try:
         await conn.execute(f"TRUNCATE {RECORD_AND_INVENTORY_TABLES} CASCADE")

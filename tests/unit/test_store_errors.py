@@ -27,6 +27,8 @@ def _caught(tuple_: tuple[type[Exception], ...], exc: Exception) -> bool:
         redis_errors.ConnectionError("refused"),
         redis_errors.TimeoutError("late"),
         redis_errors.ResponseError("NOSCRIPT"),
+        redis_errors.RedisClusterException("Redis Cluster cannot be connected"),
+        redis_errors.SlotNotCoveredError("no primary serves slot 12"),
         ConnectionRefusedError(111, "refused"),
         TimeoutError(),  # asyncio.timeout and socket timeouts
     ],
