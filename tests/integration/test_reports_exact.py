@@ -166,6 +166,7 @@ async def test_earnings_and_delivery_add_up_to_the_traffic(
     finally:
         await conn.close()
 
+    assert billed_sql is not None
     in_range = [p for p in plays if rng.first <= _local_day(p.at, zone) <= rng.last]
     paid = [p for p in in_range if p.outcome in ("accepted", "billed")]
     own = [p for p in paid if p.publisher_id == PUB]
