@@ -13,6 +13,7 @@ from bidder.admin._common import ADMIN_PREFIX
 from bidder.admin._inventory import MAX_DOCUMENT_BYTES, Imported
 from bidder.admin._keys import KeyCreated, KeyRequest
 from bidder.admin.records_routes import DealView, OfferView
+from bidder.admin.reports_routes import DELIVERY_PATH
 from bidder.openapi import (
     Error,
     InventoryProblems,
@@ -25,6 +26,7 @@ from bidder.openapi import (
     path_parameter,
     ref,
 )
+from bidder.reports.openapi import delivery_operation, report_schemas
 from bidder.web import runtime_of
 from matching.inventory import InventoryDocument
 
@@ -236,7 +238,9 @@ def admin_document(public_base_url: str) -> dict[str, Any]:
                 "getDeal", "deal", "DealView", "A deal with its billing record and playouts"
             )
         },
+        f"{ADMIN_PREFIX}{DELIVERY_PATH}": {"get": delivery_operation(_common())},
     }
+    schemas |= report_schemas()
     return document(
         info, public_base_url, ("adminToken", "The operator's ADMIN_TOKEN."), paths, schemas
     )

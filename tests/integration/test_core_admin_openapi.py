@@ -49,6 +49,7 @@ CORE_OPERATIONS = {
     (f"{API}/screens/{{screen_id}}", "get"),
     (f"{API}/screens/{{screen_id}}", "patch"),
     (f"{API}/screens/{{screen_id}}", "delete"),
+    (f"{API}/reports/earnings", "get"),
 }
 ADMIN_OPERATIONS = {
     ("/admin/v1/inventory", "get"),
@@ -59,6 +60,7 @@ ADMIN_OPERATIONS = {
     ("/admin/v1/campaigns/{campaign_id}/budget", "post"),
     ("/admin/v1/offers/{offer_id}", "get"),
     ("/admin/v1/deals/{deal_id}", "get"),
+    ("/admin/v1/reports/delivery", "get"),
 }
 _METHODS = {"get", "put", "post", "patch", "delete"}
 
@@ -268,6 +270,21 @@ def test_real_answers_of_every_operation_match_the_documents(
             "get",
             client.get("/admin/v1/deals/x", headers=ADMIN_AUTH),
         )
+        earnings = f"{API}/reports/earnings"
+        report = check(core, earnings, "get", client.get(earnings, headers=auth))
+        assert report["totals"]["plays"] >= 1  # the deal above, billed today
+        check(core, earnings, "get", client.get(f"{earnings}?group_by=x", headers=auth))
+        as_csv = client.get(f"{earnings}?group_by=screen&format=csv", headers=auth)
+        assert as_csv.status_code == 200
+        _validate(core, earnings, "get", as_csv)
+        delivery = "/admin/v1/reports/delivery"
+        check(
+            admin,
+            delivery,
+            "get",
+            client.get(f"{delivery}?group_by=campaign,hour", headers=ADMIN_AUTH),
+        )
+        check(admin, delivery, "get", client.get(f"{delivery}?tz=Nowhere", headers=ADMIN_AUTH))
     assert seen == CORE_OPERATIONS | ADMIN_OPERATIONS
 
 
