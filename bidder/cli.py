@@ -28,7 +28,7 @@ from granian.constants import HTTPModes, Interfaces, Loops
 from granian.http import HTTP1Settings
 from granian.log import LogLevels
 
-from bidder import cli_admin, cli_records
+from bidder import cli_admin, cli_records, cli_reports
 from bidder.admin import (
     KeyCreated,
     UnknownPublisher,
@@ -400,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_admin.register(commands)
     cli_records.register(commands)
+    cli_reports.register(commands)
     _register_bench(commands)
     return parser
 

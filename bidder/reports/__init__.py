@@ -6,6 +6,7 @@ from bidder.reports.build import (
     Report,
     delivery_report,
     earnings_report,
+    merge_reports,
     report_csv,
     report_json,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "ReportRange",
     "delivery_report",
     "earnings_report",
+    "merge_reports",
     "read_group_by",
     "read_range",
     "report_csv",

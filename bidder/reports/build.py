@@ -279,3 +279,35 @@ def report_csv(report: Report) -> str:
     for row in report.rows:
         writer.writerow([_cell(row.get(name)) for name in report.columns])
     return out.getvalue()
+
+
+def merge_reports(parts: Sequence[Report], rng: ReportRange) -> Report:
+    """Reports of consecutive chunks of `rng` (rows by day or hour, so no row is in two) as
+    one: their rows in order, their totals added exactly, the last one's campaigns."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    totals: dict[str, Any] = {}
+    for part in parts:
+        for name, value in part.totals.items():
+            if name == "ecpm_cents":
+                continue
+            if isinstance(value, dict):
+                merged = totals.setdefault(name, {})
+                for reason, count in value.items():
+                    merged[reason] = merged.get(reason, 0) + count
+            elif isinstance(value, Decimal):
+                totals[name] = plain(_EXACT.add(totals.get(name, Decimal(0)), value))
+            else:
+                totals[name] = totals.get(name, 0) + value
+    if "ecpm_cents" in first.totals:
+        totals["ecpm_cents"] = ecpm(totals["spend_cents"], totals["audience"])
+    return Report(
+        first.report,
+        rng,
+        first.group_by,
+        first.columns,
+        [row for part in parts for row in part.rows],
+        totals,
+        parts[-1].extra,
+    )

@@ -39,7 +39,8 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 RATE = Decimal("0.15")
 
 
-def _play(n: int, at: datetime, *, screen: str = SCREEN_MOVING, **kw: Any) -> Play:
+def make_play(n: int, at: datetime, *, screen: str = SCREEN_MOVING, **kw: Any) -> Play:
+    """Offer number `n`, accepted at `at` on `screen` for 2.5 cents unless `kw` says else."""
     publisher = PUB_OTHER if screen == SCREEN_OTHER_PUB else PUB
     fields: dict[str, Any] = {
         "offer_id": str(uuid.UUID(int=n + 1)),
@@ -89,11 +90,11 @@ async def test_earnings_by_day_only_the_publishers_own(
     await _write(
         migrated,
         [
-            _play(0, day),
-            _play(1, day + timedelta(days=1), screen=SCREEN_STATIC, price_micros=1_000_001),
-            _play(2, day, screen=SCREEN_OTHER_PUB, price_micros=9_000_000),  # another publisher
-            _play(3, day, outcome="rejected", rejection_reason="wrong creative"),
-            _play(4, day - timedelta(days=5)),  # before the range
+            make_play(0, day),
+            make_play(1, day + timedelta(days=1), screen=SCREEN_STATIC, price_micros=1_000_001),
+            make_play(2, day, screen=SCREEN_OTHER_PUB, price_micros=9_000_000),  # another publisher
+            make_play(3, day, outcome="rejected", rejection_reason="wrong creative"),
+            make_play(4, day - timedelta(days=5)),  # before the range
         ],
     )
     answer = await app_client.get(
@@ -139,7 +140,9 @@ async def test_earnings_by_screen_and_campaign_as_csv(
     app_client: AsyncTestClient[Litestar], migrated: str, key: str
 ) -> None:
     day = datetime(2026, 3, 10, 12, tzinfo=UTC)
-    await _write(migrated, [_play(0, day), _play(1, day, screen=SCREEN_STATIC), _play(2, day)])
+    await _write(
+        migrated, [make_play(0, day), make_play(1, day, screen=SCREEN_STATIC), make_play(2, day)]
+    )
     answer = await app_client.get(
         EARNINGS,
         params={"from": "2026-03-10", "to": "2026-03-10", "group_by": "screen,campaign"},
@@ -202,7 +205,7 @@ async def test_a_berlin_day_of_each_dst_change_counts_every_record_once(
         "2026-10-25T22:59:59Z",  # 23:59:59 CET, the 25th's last second
         "2026-10-25T23:00:00Z",  # midnight: the 26th
     ]
-    plays = [_play(n, datetime.fromisoformat(m)) for n, m in enumerate(moments)]
+    plays = [make_play(n, datetime.fromisoformat(m)) for n, m in enumerate(moments)]
     await _write(migrated, plays)
 
     async def days(first: str, last: str) -> dict[str, int]:
@@ -249,11 +252,11 @@ async def test_delivery_by_campaign_with_pacing(
     await _write(
         migrated,
         [
-            _play(0, day, played_at=day + timedelta(seconds=20)),
-            _play(1, day, outcome="rejected", rejection_reason="wrong creative"),
-            _play(2, day, outcome="rejected", rejection_reason="wrong creative"),
-            _play(3, day, outcome="expired"),
-            _play(
+            make_play(0, day, played_at=day + timedelta(seconds=20)),
+            make_play(1, day, outcome="rejected", rejection_reason="wrong creative"),
+            make_play(2, day, outcome="rejected", rejection_reason="wrong creative"),
+            make_play(3, day, outcome="expired"),
+            make_play(
                 4,
                 day,
                 channel="openrtb",
@@ -262,7 +265,7 @@ async def test_delivery_by_campaign_with_pacing(
                 impression=True,
                 price_micros=7_500_000,
             ),
-            _play(5, day, channel="openrtb", outcome="lost", audience=Decimal("30")),
+            make_play(5, day, channel="openrtb", outcome="lost", audience=Decimal("30")),
         ],
     )
     answer = await app_client.get(
