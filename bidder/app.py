@@ -16,8 +16,8 @@ from litestar.handlers.base import BaseRouteHandler
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from bidder import guides, health, tracking
+from bidder.admin import lists_routes, records_routes, reports_routes
 from bidder.admin import openapi as admin_openapi
-from bidder.admin import records_routes, reports_routes
 from bidder.admin import routes as admin_routes
 from bidder.asgi import MANY_AUTHORIZATIONS, ClientGone, repeated_authorization
 from bidder.core import openapi as core_openapi
@@ -105,6 +105,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
             *admin_routes.routes,
             *records_routes.routes,
             *reports_routes.routes,
+            *lists_routes.routes,
             *core_reports.routes,
         ],
         exception_handlers={
