@@ -19,7 +19,7 @@ from schemathesis.core.result import Ok
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
 from bidder.app import create_app
-from bidder.demo import EXAMPLE_PUBLISHER, EXAMPLE_SCREEN, FIZZY_SUMMER, demo_document
+from bidder.demo import EXAMPLE_PUBLISHER, EXAMPLE_SCREEN, FIZZY_SUMMER, demo_document, demo_id
 from bidder.settings import Settings
 from tests import factories as f
 from tests.conftest import ADMIN_TOKEN, ServerUrls, make_settings
@@ -61,6 +61,24 @@ ADMIN_OPERATIONS = {
     ("/admin/v1/offers/{offer_id}", "get"),
     ("/admin/v1/deals/{deal_id}", "get"),
     ("/admin/v1/reports/delivery", "get"),
+    *(
+        (f"/admin/v1/{name}", "get")
+        for name in (
+            "offers",
+            "deals",
+            "billing-records",
+            "playouts",
+            "api-keys",
+            "screens",
+            "campaigns",
+        )
+    ),
+    ("/admin/v1/campaigns/{campaign_id}", "patch"),
+    ("/admin/v1/campaigns/{campaign_id}/pause", "post"),
+    ("/admin/v1/campaigns/{campaign_id}/resume", "post"),
+    ("/admin/v1/screens/{screen_id}/deactivate", "post"),
+    ("/admin/v1/creatives/{creative_id}/approve", "post"),
+    ("/admin/v1/creatives/{creative_id}/reject", "post"),
 }
 _METHODS = {"get", "put", "post", "patch", "delete"}
 
@@ -285,6 +303,34 @@ def test_real_answers_of_every_operation_match_the_documents(
             client.get(f"{delivery}?group_by=campaign,hour", headers=ADMIN_AUTH),
         )
         check(admin, delivery, "get", client.get(f"{delivery}?tz=Nowhere", headers=ADMIN_AUTH))
+        lists = sorted(r for r, m in ADMIN_OPERATIONS if m == "get" and r.count("/") == 3)
+        for route in lists:
+            check(admin, route, "get", client.get(f"{route}?limit=1", headers=ADMIN_AUTH))
+        check(
+            admin,
+            "/admin/v1/offers",
+            "get",
+            client.get("/admin/v1/offers?cursor=x", headers=ADMIN_AUTH),
+        )
+        one = "/admin/v1/campaigns/{campaign_id}"
+        check(
+            admin,
+            one,
+            "patch",
+            client.patch(campaign, headers=ADMIN_AUTH, json={"status": "active"}),
+        )
+        check(admin, one, "patch", client.patch(campaign, headers=ADMIN_AUTH, json={"status": "x"}))
+        nobody = "00000000-0000-4000-8000-000000000000"
+        creative = demo_id(5, 1)
+        for route, item in (
+            ("/admin/v1/campaigns/{campaign_id}/resume", FIZZY_SUMMER),
+            ("/admin/v1/campaigns/{campaign_id}/pause", nobody),
+            ("/admin/v1/screens/{screen_id}/deactivate", nobody),
+            ("/admin/v1/creatives/{creative_id}/approve", creative),
+            ("/admin/v1/creatives/{creative_id}/reject", nobody),
+        ):
+            url = re.sub(r"\{\w+\}", item, route)
+            check(admin, route, "post", client.post(url, headers=ADMIN_AUTH))
     assert seen == CORE_OPERATIONS | ADMIN_OPERATIONS
 
 
