@@ -119,13 +119,26 @@ WHERE b.publisher_id = $1 AND b.billed_at >= $2 AND b.billed_at < $3
     return await conn.fetch(sql, publisher_id, period.start, period.end, period.tz)
 
 
-# Delivery parts take $1 start, $2 end, $3 zone, then the filter: $4 campaign ids, $5
-# advertiser, $6 publisher (each NULL for any).
-_DELIVERY_FILTER = """
-  AND $3::text IS NOT NULL
-  AND ($4::uuid[] IS NULL OR o.campaign_id = ANY($4::uuid[]))
-  AND ($5::uuid IS NULL OR c.advertiser_id = $5::uuid)
-  AND ($6::uuid IS NULL OR o.publisher_id = $6::uuid)"""
+# Delivery parts take $1 start, $2 end, $3 zone, then one parameter per filter given: a
+# condition only for a filter set (an `$n IS NULL OR ...` would keep Postgres from the
+# campaign index).
+_FILTERS = (
+    ("campaign_ids", "o.campaign_id = ANY(${n}::uuid[])"),
+    ("advertiser_id", "c.advertiser_id = ${n}::uuid"),
+    ("publisher_id", "o.publisher_id = ${n}::uuid"),
+)
+
+
+def _filter_sql(what: DeliveryFilter) -> tuple[str, list[object]]:
+    conditions = ["$3::text IS NOT NULL"]
+    args: list[object] = []
+    for name, condition in _FILTERS:
+        value = getattr(what, name)
+        if value is not None:
+            args.append(list(value) if isinstance(value, tuple) else value)
+            conditions.append(condition.format(n=3 + len(args)))
+    return "".join(f"\n  AND {c}" for c in conditions), args
+
 
 # Each part: (its time column, its aggregates, FROM and joins, more conditions, extra keys).
 _DELIVERY_PARTS: dict[str, tuple[str, str, str, str, tuple[tuple[str, str], ...]]] = {
@@ -182,8 +195,8 @@ async def delivery_rows(
     accepted, rejected, expired, lost; by creation time), `reasons` (rejections by reason),
     `billing` (billed plays, audience, spend; by billing time), `playouts` (plays confirmed;
     by confirmation time) and `impressions` (offers with an impression event; by receipt)."""
-    ids = None if what.campaign_ids is None else list(what.campaign_ids)
-    args = (period.start, period.end, period.tz, ids, what.advertiser_id, what.publisher_id)
+    filter_sql, filter_args = _filter_sql(what)
+    args = (period.start, period.end, period.tz, *filter_args)
     parts: dict[str, list[asyncpg.Record]] = {}
     for name, (column, aggregates, source, where, extra) in _DELIVERY_PARTS.items():
         sql = _query(
@@ -191,7 +204,7 @@ async def delivery_rows(
             column,
             "$3::text",
             aggregates,
-            f"{source} {_JOINS}\nWHERE {column} >= $1 AND {column} < $2{where}{_DELIVERY_FILTER}",
+            f"{source} {_JOINS}\nWHERE {column} >= $1 AND {column} < $2{where}{filter_sql}",
             extra,
         )
         parts[name] = await conn.fetch(sql, *args)
