@@ -44,9 +44,6 @@ class ReportRange:
         end = datetime.combine(self.last + timedelta(days=1), time(0), tzinfo=zone)
         return Period(start, end, self.tz)
 
-    def days(self) -> list[date]:
-        return [self.first + timedelta(days=n) for n in range((self.last - self.first).days + 1)]
-
 
 def read_group_by(values: Sequence[str], allowed: Sequence[str], default: str) -> list[str]:
     """`group_by` given once or repeated, each a comma-separated list of `allowed` names, in
