@@ -12,7 +12,10 @@ from bidder.admin._campaigns import MAX_KEY_CHARS, CampaignView, TopUp
 from bidder.admin._common import ADMIN_PREFIX
 from bidder.admin._inventory import MAX_DOCUMENT_BYTES, Imported
 from bidder.admin._keys import KeyCreated, KeyRequest
+from bidder.admin.changes_routes import CampaignChange
+from bidder.admin.lists_openapi import campaign_patch, change_paths, list_paths
 from bidder.admin.records_routes import DealView, OfferView
+from bidder.admin.reports_routes import DELIVERY_PATH
 from bidder.http.web import runtime_of
 from bidder.openapi import (
     Error,
@@ -26,7 +29,8 @@ from bidder.openapi import (
     path_parameter,
     ref,
 )
-from matching.inventory import InventoryDocument
+from bidder.reports.openapi import delivery_operation, report_schemas
+from matching.inventory import Campaign, Creative, InventoryDocument, Screen
 
 DOCUMENT_PATH = "/docs/openapi-admin.json"
 _PUBLISHER = "de000001-0000-4000-a000-000000000001"
@@ -213,6 +217,10 @@ def admin_document(public_base_url: str) -> dict[str, Any]:
             TopUp,
             OfferView,
             DealView,
+            Campaign,
+            CampaignChange,
+            Screen,
+            Creative,
             Error,
         )
     )
@@ -226,7 +234,10 @@ def admin_document(public_base_url: str) -> dict[str, Any]:
         f"{ADMIN_PREFIX}/inventory": _inventory(),
         f"{ADMIN_PREFIX}/publishers/{{publisher_id}}/api-keys": {"post": _keys()},
         f"{ADMIN_PREFIX}/api-keys/{{key_id}}": {"delete": _revoke()},
-        f"{ADMIN_PREFIX}/campaigns/{{campaign_id}}": {"get": _campaign()},
+        f"{ADMIN_PREFIX}/campaigns/{{campaign_id}}": {
+            "get": _campaign(),
+            "patch": campaign_patch(_common()),
+        },
         f"{ADMIN_PREFIX}/campaigns/{{campaign_id}}/budget": {"post": _top_up()},
         f"{ADMIN_PREFIX}/offers/{{offer_id}}": {
             "get": _record("getOffer", "offer", "OfferView", "An offer's outcome")
@@ -236,7 +247,11 @@ def admin_document(public_base_url: str) -> dict[str, Any]:
                 "getDeal", "deal", "DealView", "A deal with its billing record and playouts"
             )
         },
+        f"{ADMIN_PREFIX}{DELIVERY_PATH}": {"get": delivery_operation(_common())},
+        **list_paths(ADMIN_PREFIX, _common()),
+        **change_paths(ADMIN_PREFIX, _common()),
     }
+    schemas |= report_schemas()
     return document(
         info, public_base_url, ("adminToken", "The operator's ADMIN_TOKEN."), paths, schemas
     )

@@ -7,13 +7,18 @@ from typing import Any
 
 from litestar import Router
 
-from bidder.admin import _campaigns, _inventory, _keys
+from bidder.admin import _campaigns, _inventory, _keys, changes_routes
 from bidder.admin._common import ADMIN_PREFIX, require_admin
 
 routes: list[Any] = [
     Router(
         path=ADMIN_PREFIX,
-        route_handlers=[*_inventory.routes, *_keys.routes, *_campaigns.routes],
+        route_handlers=[
+            *_inventory.routes,
+            *_keys.routes,
+            *_campaigns.routes,
+            *changes_routes.routes,
+        ],
         guards=[require_admin],
     )
 ]

@@ -16,6 +16,7 @@ import os
 import secrets
 import sys
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from bidder.demo import (
     FIZZY_SUMMER,
     demo_document,
 )
+from bidder.demo_history import load_demo_history
 from bidder.observability import configure_logging
 from bidder.settings import Settings, load_settings
 from store.inventory_repo import create_api_key, import_document
@@ -155,6 +157,7 @@ async def prepare_on(
     present = await conn.fetchval("SELECT 1 FROM publishers WHERE id = $1", EXAMPLE_PUBLISHER)
     if reset_demo or not present:
         await import_document(conn, demo_document())
+        await load_demo_history(conn, settings.redis.url, datetime.now(UTC).date())
     previous = state.get("api_key")
     if isinstance(previous, str) and previous.startswith(settings.server.key_prefix):
         alive = await conn.fetchval(

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from bidder.cli import admin, dev, inventory, keys, records, serve
+from bidder.cli import admin, dev, inventory, keys, records, reports, serve
 from bidder.cli.common import CommandFailed
 from bidder.settings import SettingsError
 from store.errors import REDIS_DOWN
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.register(commands)
     admin.register(commands)
     records.register(commands)
+    reports.register(commands)
     _register_bench(commands)
     return parser
 

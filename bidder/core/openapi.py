@@ -12,6 +12,7 @@ from bidder.core._answers import MAX_REASON_CHARS, Accepted, OfferResponse, Reje
 from bidder.core._common import CORE_PREFIX, MAX_BODY_BYTES
 from bidder.core._offers import Offer
 from bidder.core._playout import Confirmed, PlayoutConfirmation
+from bidder.core.reports import EARNINGS_PATH
 from bidder.core.screens import (
     DEFAULT_PAGE,
     MAX_PAGE,
@@ -33,6 +34,7 @@ from bidder.openapi import (
     path_parameter,
     ref,
 )
+from bidder.reports.openapi import earnings_operation, report_schemas
 from matching.inventory import Screen
 
 DOCUMENT_PATH = "/docs/openapi-core.json"
@@ -392,7 +394,9 @@ def core_document(public_base_url: str) -> dict[str, Any]:
         f"{CORE_PREFIX}/playout/confirm/{{deal_id}}": {"post": _playout()},
         SCREENS_PATH: _screens(),
         f"{SCREENS_PATH}/{{screen_id}}": _screen(),
+        EARNINGS_PATH: {"get": earnings_operation(_unauthorized(), _unavailable())},
     }
+    schemas |= report_schemas()
     return document(info, public_base_url, ("apiKey", "The publisher's API key."), paths, schemas)
 
 

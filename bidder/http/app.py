@@ -16,10 +16,11 @@ from litestar.handlers.base import BaseRouteHandler
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from bidder import tracking
+from bidder.admin import lists_routes, records_routes, reports_routes
 from bidder.admin import openapi as admin_openapi
-from bidder.admin import records_routes
 from bidder.admin import routes as admin_routes
 from bidder.core import openapi as core_openapi
+from bidder.core import reports as core_reports
 from bidder.core import routes as core_routes
 from bidder.core import screens
 from bidder.errors import BadRequest, ServiceError
@@ -104,6 +105,9 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
             *tracking.routes(settings),
             *admin_routes.routes,
             *records_routes.routes,
+            *reports_routes.routes,
+            *lists_routes.routes,
+            *core_reports.routes,
         ],
         exception_handlers={
             ServiceError: service_error_handler,

@@ -20,6 +20,7 @@ GUIDES = {
     "api-openrtb": "api-openrtb.md",
     "migration-openrtb-to-core": "migration-openrtb-to-core.md",
     "api-core": "api-core.md",
+    "reports": "reports.md",
     # The product decisions the guides cite by section (`contract.md#6-openrtb-path`).
     "contract": "contract.md",
 }

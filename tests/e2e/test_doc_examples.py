@@ -36,6 +36,7 @@ DOCUMENTS = (
     "docs/api-core.md",
     "docs/api-openrtb.md",
     "docs/migration-openrtb-to-core.md",
+    "docs/reports.md",
 )
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>\S*)\s*$")
 _EXPECTED = re.compile(r"^\s*#\s*(?P<status>[1-5]\d\d)\b")

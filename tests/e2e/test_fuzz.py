@@ -292,6 +292,8 @@ _ROUTES: dict[str, tuple[str, str, str]] = {
     "admin_inventory_put": ("PUT", "inventory", "/admin/v1/inventory"),
     "admin_offer": ("GET", "", "/admin/v1/offers/{id}"),
     "admin_deal": ("GET", "", "/admin/v1/deals/{id}"),
+    "earnings": ("GET", "", f"{API}/reports/earnings"),
+    "admin_delivery": ("GET", "", "/admin/v1/reports/delivery"),
     "any_method": ("", "answer", ""),  # any method on a path of the service, or any path
 }
 

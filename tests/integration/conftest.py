@@ -4,6 +4,7 @@ servers and the clean slate come from `tests/conftest.py`, shared with the end-t
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from litestar import Litestar
@@ -13,7 +14,8 @@ from redis.asyncio import Redis
 from bidder.http.app import create_app
 from bidder.settings import Settings
 from store.hot import connect
-from tests.support.servers import ServerUrls, make_settings, redis_mode
+from tests.support.factories import basic_document, campaign, make_key, seed
+from tests.support.servers import ServerUrls, make_settings, redis_mode, wait_for_inventory
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +38,17 @@ async def app_client(settings: Settings, clean: None) -> AsyncIterator[AsyncTest
     app = create_app(settings)
     async with AsyncTestClient(app) as client:
         yield client
+
+
+@pytest.fixture
+async def key(app_client: AsyncTestClient[Litestar], migrated: str) -> str:
+    """A publisher key on the basic inventory, its campaign flying through 2026's first 100
+    days: what the report tests read their plays with."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    await seed(
+        migrated,
+        basic_document(campaigns=[campaign(start_at=start, end_at=start + timedelta(days=100))]),
+    )
+    made = await make_key(migrated)
+    await wait_for_inventory(app_client)
+    return made

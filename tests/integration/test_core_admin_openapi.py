@@ -18,7 +18,7 @@ from openapi_spec_validator import validate
 from schemathesis.core.result import Ok
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
-from bidder.demo import EXAMPLE_PUBLISHER, EXAMPLE_SCREEN, FIZZY_SUMMER, demo_document
+from bidder.demo import EXAMPLE_PUBLISHER, EXAMPLE_SCREEN, FIZZY_SUMMER, demo_document, demo_id
 from bidder.http.app import create_app
 from bidder.settings import Settings
 from tests.support import factories as f
@@ -49,6 +49,7 @@ CORE_OPERATIONS = {
     (f"{API}/screens/{{screen_id}}", "get"),
     (f"{API}/screens/{{screen_id}}", "patch"),
     (f"{API}/screens/{{screen_id}}", "delete"),
+    (f"{API}/reports/earnings", "get"),
 }
 ADMIN_OPERATIONS = {
     ("/admin/v1/inventory", "get"),
@@ -59,6 +60,25 @@ ADMIN_OPERATIONS = {
     ("/admin/v1/campaigns/{campaign_id}/budget", "post"),
     ("/admin/v1/offers/{offer_id}", "get"),
     ("/admin/v1/deals/{deal_id}", "get"),
+    ("/admin/v1/reports/delivery", "get"),
+    *(
+        (f"/admin/v1/{name}", "get")
+        for name in (
+            "offers",
+            "deals",
+            "billing-records",
+            "playouts",
+            "api-keys",
+            "screens",
+            "campaigns",
+        )
+    ),
+    ("/admin/v1/campaigns/{campaign_id}", "patch"),
+    ("/admin/v1/campaigns/{campaign_id}/pause", "post"),
+    ("/admin/v1/campaigns/{campaign_id}/resume", "post"),
+    ("/admin/v1/screens/{screen_id}/deactivate", "post"),
+    ("/admin/v1/creatives/{creative_id}/approve", "post"),
+    ("/admin/v1/creatives/{creative_id}/reject", "post"),
 }
 _METHODS = {"get", "put", "post", "patch", "delete"}
 
@@ -268,6 +288,49 @@ def test_real_answers_of_every_operation_match_the_documents(
             "get",
             client.get("/admin/v1/deals/x", headers=ADMIN_AUTH),
         )
+        earnings = f"{API}/reports/earnings"
+        report = check(core, earnings, "get", client.get(earnings, headers=auth))
+        assert report["totals"]["plays"] >= 1  # the deal above, billed today
+        check(core, earnings, "get", client.get(f"{earnings}?group_by=x", headers=auth))
+        as_csv = client.get(f"{earnings}?group_by=screen&format=csv", headers=auth)
+        assert as_csv.status_code == 200
+        _validate(core, earnings, "get", as_csv)
+        delivery = "/admin/v1/reports/delivery"
+        check(
+            admin,
+            delivery,
+            "get",
+            client.get(f"{delivery}?group_by=campaign,hour", headers=ADMIN_AUTH),
+        )
+        check(admin, delivery, "get", client.get(f"{delivery}?tz=Nowhere", headers=ADMIN_AUTH))
+        lists = sorted(r for r, m in ADMIN_OPERATIONS if m == "get" and r.count("/") == 3)
+        for route in lists:
+            check(admin, route, "get", client.get(f"{route}?limit=1", headers=ADMIN_AUTH))
+        check(
+            admin,
+            "/admin/v1/offers",
+            "get",
+            client.get("/admin/v1/offers?cursor=x", headers=ADMIN_AUTH),
+        )
+        one = "/admin/v1/campaigns/{campaign_id}"
+        check(
+            admin,
+            one,
+            "patch",
+            client.patch(campaign, headers=ADMIN_AUTH, json={"status": "active"}),
+        )
+        check(admin, one, "patch", client.patch(campaign, headers=ADMIN_AUTH, json={"status": "x"}))
+        nobody = "00000000-0000-4000-8000-000000000000"
+        creative = demo_id(5, 1)
+        for route, item in (
+            ("/admin/v1/campaigns/{campaign_id}/resume", FIZZY_SUMMER),
+            ("/admin/v1/campaigns/{campaign_id}/pause", nobody),
+            ("/admin/v1/screens/{screen_id}/deactivate", nobody),
+            ("/admin/v1/creatives/{creative_id}/approve", creative),
+            ("/admin/v1/creatives/{creative_id}/reject", nobody),
+        ):
+            url = re.sub(r"\{\w+\}", item, route)
+            check(admin, route, "post", client.post(url, headers=ADMIN_AUTH))
     assert seen == CORE_OPERATIONS | ADMIN_OPERATIONS
 
 
