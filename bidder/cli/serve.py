@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -187,11 +188,32 @@ def _start_admin_listener(host: str, port: int) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "bidder.cli", "serve", "--admin-listener"]
     command += ["--host", host, "--port", str(port)]
     log.info("admin listener on %s:%d", host, port, extra={"admin_port": port})
-    return subprocess.Popen(command)  # noqa: S603 - our own interpreter and module
+    child = subprocess.Popen(command)  # noqa: S603 - our own interpreter and module
+    threading.Thread(target=_watch, args=(child, port), daemon=True).start()
+    return child
+
+
+def _watch(child: subprocess.Popen[bytes], port: int) -> None:
+    """One ERROR line when the admin listener ends while `bidder serve` runs (a crash, a
+    signal of its own): the public listener goes on, and the operator learns why the admin
+    port stopped answering."""
+    status = child.wait()
+    if not _stopping.is_set():
+        log.error(
+            "the admin listener on port %d exited with status %d",
+            port,
+            status,
+            extra={"admin_port": port, "status": status},
+        )
+
+
+#: Set once `bidder serve` stops the admin listener itself.
+_stopping = threading.Event()
 
 
 def _stop(child: subprocess.Popen[bytes]) -> None:
     """Stop the admin listener as granian stops: SIGTERM, its graceful stop, then SIGKILL."""
+    _stopping.set()
     if child.poll() is None:
         child.send_signal(signal.SIGTERM)
     try:

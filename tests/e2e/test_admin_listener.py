@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.support.admin import ADMIN
-from tests.support.cli import cli_env
+from tests.support.cli import bidder, cli_env
 from tests.support.processes import free_port, running, tail, until_ready
 from tests.support.servers import ServerUrls
 
@@ -76,3 +76,26 @@ async def test_admin_port_moves_admin_api_and_metrics_off_the_public_listener(
         if time.monotonic() > deadline:
             pytest.fail("the admin listener outlived bidder serve:\n" + tail(log))
         await asyncio.sleep(0.1)
+
+
+async def test_an_admin_port_taken_or_equal_to_the_port_is_one_line_and_exit_1(
+    servers: ServerUrls,
+) -> None:
+    """Both ports are checked before either listener starts: nothing is left running."""
+    port = free_port()
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # as granian binds
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        admin_port = taken.getsockname()[1]
+        for admin in (str(admin_port), str(port)):
+            done = await bidder(
+                cli_env(servers),
+                *("serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+                *("--admin-port", admin),
+            )
+            err = done.stderr.decode()
+            assert done.returncode == 1, err
+            assert "--admin-port" in err or f"127.0.0.1:{admin_port}" in err
+            assert "Traceback" not in err
+    assert not _listening(port)
