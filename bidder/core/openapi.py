@@ -79,6 +79,14 @@ def _unauthorized() -> dict[str, Any]:
     return error_response("Key missing, unknown, expired or revoked: `Invalid or expired API key`.")
 
 
+def _rate_limited() -> dict[str, Any]:
+    return error_response(
+        "The key asked more than its publisher's rate limit allows (off unless the operator "
+        "sets one): retry after `Retry-After` seconds.",
+        retry=True,
+    )
+
+
 def _unavailable() -> dict[str, Any]:
     return error_response(
         "The service cannot reach its hot state (or Postgres, for the screens): nothing "
@@ -103,6 +111,7 @@ def _offer_request(operation_id: str, by: dict[str, Any], external: bool) -> dic
         },
         "400": error_response("`min_bid_cents` or a boolean parameter is not valid."),
         "401": _unauthorized(),
+        "429": _rate_limited(),
         "404": error_response(
             "Nothing can play on this screen now, or no screen of yours has this id "
             "(`No matches available`, with `status`)."
@@ -175,6 +184,7 @@ def _offer_response() -> dict[str, Any]:
                 "reason too long."
             ),
             "401": _unauthorized(),
+            "429": _rate_limited(),
             "404": error_response(
                 "Unknown, expired, already answered, or another publisher's offer."
             ),
@@ -205,6 +215,7 @@ def _playout() -> dict[str, Any]:
             },
             "400": error_response("A field outside its rule, or a body that is not JSON."),
             "401": _unauthorized(),
+            "429": _rate_limited(),
             "404": error_response("Unknown deal, or another publisher's."),
             **_body_errors(),
             "503": _unavailable(),
@@ -251,6 +262,7 @@ def _screens() -> dict[str, Any]:
                 },
                 "400": error_response("`limit` or `cursor` is not valid."),
                 "401": _unauthorized(),
+                "429": _rate_limited(),
                 "503": _unavailable(),
             },
         },
@@ -273,6 +285,7 @@ def _screens() -> dict[str, Any]:
                 },
                 "400": _screen_problems(),
                 "401": _unauthorized(),
+                "429": _rate_limited(),
                 "409": error_response("A screen with this id exists."),
                 **_body_errors(),
                 "503": _unavailable(),
@@ -293,6 +306,7 @@ def _screen() -> dict[str, Any]:
             "responses": {
                 "200": found,
                 "401": _unauthorized(),
+                "429": _rate_limited(),
                 "404": not_found,
                 "503": _unavailable(),
             },
@@ -309,6 +323,7 @@ def _screen() -> dict[str, Any]:
                 "200": found,
                 "400": _screen_problems(),
                 "401": _unauthorized(),
+                "429": _rate_limited(),
                 "404": not_found,
                 **_body_errors(),
                 "503": _unavailable(),
@@ -321,6 +336,7 @@ def _screen() -> dict[str, Any]:
                 "200": found,
                 "400": error_response("The screen cannot be stored as it is."),
                 "401": _unauthorized(),
+                "429": _rate_limited(),
                 "404": not_found,
                 "503": _unavailable(),
             },
