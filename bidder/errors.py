@@ -100,3 +100,10 @@ class Unavailable(ServiceError):
 
     status = 503
     code = "SERVICE_UNAVAILABLE"
+
+
+class TooManyRequests(ServiceError):
+    """An API key asked more than its rate limit allows; `Retry-After` says when to retry."""
+
+    status = 429
+    code = "RATE_LIMITED"

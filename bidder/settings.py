@@ -29,6 +29,7 @@ __all__ = [
     "LimitSettings",
     "OfferSettings",
     "PerSettings",
+    "PerimeterSettings",
     "PostgresSettings",
     "RecordSettings",
     "RedisSettings",
@@ -430,6 +431,46 @@ class LimitSettings(Group):
     """Open connections one worker serves at once; more wait in the listen backlog."""
 
 
+def _port_or_off(name: str, raw: str) -> int:
+    if raw.strip() in ("", "0"):
+        return 0
+    value = _positive_int(name, raw.strip())
+    if value > 65535:
+        raise ValueError(f"{name} must be a port from 1 to 65535 (0: none), got {value}")
+    return value
+
+
+def _rate_or_off(name: str, raw: str) -> float:
+    if raw.strip() in ("", "0"):
+        return 0.0
+    return _positive_float(name, raw.strip())
+
+
+def _count_or_off(name: str, raw: str) -> int:
+    if raw.strip() in ("", "0"):
+        return 0
+    return _positive_int(name, raw.strip())
+
+
+@dataclass(frozen=True)
+class PerimeterSettings(Group):
+    """What the public listener exposes, and how much one API key may ask of it
+    (docs/operations.md, "A safe perimeter")."""
+
+    admin_port: int = setting("ADMIN_PORT", 0, _port_or_off)
+    """`bidder serve`'s admin listener (`--admin-port`): the admin API and `/metrics` there
+    only, off the public one; 0: none, both on the public listener."""
+    public_admin: bool = setting("PUBLIC_ADMIN", True, _switch)
+    """The public listener serves the admin API (`/admin/v1/...`); 0: it answers 404."""
+    public_metrics: bool = setting("PUBLIC_METRICS", True, _switch)
+    """The public listener serves `/metrics`; 0: it answers 404."""
+    rate_limit_per_second: float = setting("RATE_LIMIT_PER_SECOND", 0.0, _rate_or_off)
+    """Requests per second one API key may make on the public routes, for a publisher whose
+    inventory entry sets no `rate_limit_per_second`; 0: unlimited."""
+    rate_limit_burst: int = setting("RATE_LIMIT_BURST", 0, _count_or_off)
+    """The burst above that rate (the token bucket's size); 0: one second's worth, at least 1."""
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the service reads from its environment, by group."""
@@ -442,6 +483,7 @@ class Settings:
     intervals: IntervalSettings = field(default_factory=IntervalSettings)
     records: RecordSettings = field(default_factory=RecordSettings)
     limits: LimitSettings = field(default_factory=LimitSettings)
+    perimeter: PerimeterSettings = field(default_factory=PerimeterSettings)
 
 
 def _groups() -> list[tuple[str, type[Group]]]:

@@ -6,6 +6,7 @@ The same Structs are the wire format of `PUT /admin/v1/inventory`, the file form
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from collections.abc import Mapping
@@ -90,6 +91,12 @@ class Publisher(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_audience_per_play: Decimal = DEFAULT_MAX_AUDIENCE_PER_PLAY
     #: How many screens (inactive ones included) the screens API lets the publisher hold.
     max_screens: int = DEFAULT_MAX_SCREENS
+    #: Requests per second each of the publisher's API keys may make on the public routes
+    #: (a token bucket); None: the fleet default (RATE_LIMIT_PER_SECOND, off unless set).
+    rate_limit_per_second: float | None = None
+    #: The bucket's size: how many requests may come at once above the rate; None: one
+    #: second's worth (at least 1).
+    rate_limit_burst: int | None = None
 
 
 #: The category taxonomy of `categories` unless an item names another: AdCOM's list "Category
@@ -488,6 +495,12 @@ def validate_document(
         _check_audience(check, "publishers", i, pub.id, "max_audience_per_play", pub)
         if not 0 <= pub.max_screens <= _INT4_MAX:
             check.add("publishers", i, pub.id, "max_screens", f"must be from 0 to {_INT4_MAX}")
+        per_second = pub.rate_limit_per_second
+        if per_second is not None and not (math.isfinite(per_second) and per_second > 0):
+            check.add("publishers", i, pub.id, "rate_limit_per_second", "must be a number above 0")
+        burst = pub.rate_limit_burst
+        if burst is not None and not 1 <= burst <= _INT4_MAX:
+            check.add("publishers", i, pub.id, "rate_limit_burst", f"must be from 1 to {_INT4_MAX}")
 
     _check_ids(check, "advertisers", [a.id for a in doc.advertisers])
     for i, adv in enumerate(doc.advertisers):

@@ -186,6 +186,9 @@ class PublisherInfo:
     name: str
     commission_rate: Decimal
     external_ids_enabled: bool
+    #: Each key's token bucket (None: the fleet default): requests per second, bucket size.
+    rate_limit_per_second: float | None = None
+    rate_limit_burst: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +350,8 @@ def _publisher_info(publisher: Publisher) -> PublisherInfo:
         name=publisher.name,
         commission_rate=publisher.commission_rate,
         external_ids_enabled=publisher.external_ids_enabled,
+        rate_limit_per_second=publisher.rate_limit_per_second,
+        rate_limit_burst=publisher.rate_limit_burst,
     )
 
 

@@ -58,6 +58,8 @@ _TABLES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
             "external_ids_enabled",
             "max_audience_per_play",
             "max_screens",
+            "rate_limit_per_second",
+            "rate_limit_burst",
         ),
         ("id",),
     ),
@@ -401,6 +403,8 @@ async def export_document(conn: Conn) -> InventoryDocument:
             external_ids_enabled=r["external_ids_enabled"],
             max_audience_per_play=plain(r["max_audience_per_play"]),
             max_screens=r["max_screens"],
+            rate_limit_per_second=r["rate_limit_per_second"],
+            rate_limit_burst=r["rate_limit_burst"],
         )
         for r in await conn.fetch("SELECT * FROM publishers ORDER BY id")
     ]

@@ -11,8 +11,12 @@ import asyncio
 import logging
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,12 +29,20 @@ from granian.log import LogLevels
 from bidder.cli.common import CommandFailed, command_settings, port_number, with_connection
 from bidder.cpus import process_cpus
 from bidder.observability import MULTIPROCESS_DIR_ENV, multiprocess_dir
+from bidder.runtime.rate_limit import WORKERS_ENV
 from bidder.settings import IDLE_TIMEOUT_SECONDS, MAX_CONNECTIONS_PER_WORKER, Settings
 from store.postgres import migrate
 
 log = logging.getLogger("bidder.cli")
 #: Host names of this machine's loopback, where no proxy is assumed in front of the service.
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+#: The factories granian runs in each worker: every route (or the public ones), and the admin
+#: listener's (`--admin-port`).
+MAIN_APP = "bidder.http.app:app_from_env"
+ADMIN_APP = "bidder.http.app:admin_app_from_env"
+#: How long the admin listener may take to stop after the public one did (granian's own
+#: workers_kill_timeout, and a little more).
+_ADMIN_STOP_SECONDS = 35.0
 
 
 def serve(
@@ -41,6 +53,7 @@ def serve(
     log_level: str = "INFO",
     idle_timeout_seconds: float = IDLE_TIMEOUT_SECONDS,
     max_connections: int = MAX_CONNECTIONS_PER_WORKER,
+    target: str = MAIN_APP,
 ) -> None:
     """Run the service under granian: ASGI, uvloop, one event loop per worker process, the app
     built by `bidder.http.app:app_from_env` inside each worker. Callers check the port first
@@ -53,7 +66,7 @@ def serve(
     (granian's backpressure: a connection holds its permit until it closes); more wait in the
     listen backlog (docs/decisions.md, "Connections are bounded")."""
     Granian(
-        "bidder.http.app:app_from_env",
+        target,
         factory=True,
         address=host,
         port=port,
@@ -123,23 +136,91 @@ def warn_public_port(settings: Settings, port: int) -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     settings = command_settings(secrets=True)
+    if args.admin_listener:  # the admin listener `--admin-port` started (below)
+        _serve_with(settings, args.host, args.port, 1, ADMIN_APP)
+        return 0
     workers = args.workers or process_cpus()  # the cgroup quota and affinity, not the host's
+    admin_port: int = args.admin_port or settings.perimeter.admin_port
+    admin_host: str = args.admin_host or args.host
     ensure_port_free(args.host, args.port)  # before touching anything a running one uses
+    if admin_port:
+        if admin_port == args.port:
+            raise CommandFailed("--admin-port must differ from --port")
+        ensure_port_free(admin_host, admin_port)
     warn_public_port(settings, args.port)
-    shared = _share_metrics() if workers > 1 or multiprocess_dir() else None
+    # Each worker takes its share of a per-key rate limit (bidder.runtime.rate_limit).
+    os.environ[WORKERS_ENV] = str(workers)
+    shared = _share_metrics() if workers > 1 or multiprocess_dir() or admin_port else None
+    admin: subprocess.Popen[bytes] | None = None
     try:
-        serve(
-            args.host,
-            args.port,
-            workers,
-            log_level=settings.server.log_level,
-            idle_timeout_seconds=settings.limits.idle_timeout_seconds,
-            max_connections=settings.limits.max_connections_per_worker,
-        )
+        if admin_port:
+            # The admin API and /metrics move to their own listener: off the public one.
+            os.environ["PUBLIC_ADMIN"] = "0"
+            os.environ["PUBLIC_METRICS"] = "0"
+            admin = _start_admin_listener(admin_host, admin_port)
+        _serve_with(settings, args.host, args.port, workers, MAIN_APP)
     finally:
+        if admin is not None:
+            _stop(admin)
         if shared is not None:
             shutil.rmtree(shared, ignore_errors=True)
     return 0
+
+
+def _serve_with(settings: Settings, host: str, port: int, workers: int, target: str) -> None:
+    serve(
+        host,
+        port,
+        workers,
+        log_level=settings.server.log_level,
+        idle_timeout_seconds=settings.limits.idle_timeout_seconds,
+        max_connections=settings.limits.max_connections_per_worker,
+        target=target,
+    )
+
+
+def _start_admin_listener(host: str, port: int) -> subprocess.Popen[bytes]:
+    """The admin listener: a granian server of its own (granian serves one address per
+    server), one worker, in a child process that inherits this one's environment, the
+    metrics folder included, so its `/metrics` shows every worker's figures. It stays in this
+    process group: a terminal's Ctrl-C reaches both, and `_stop` stops it after the public
+    listener (docs/decisions.md, "The admin listener")."""
+    command = [sys.executable, "-m", "bidder.cli", "serve", "--admin-listener"]
+    command += ["--host", host, "--port", str(port)]
+    log.info("admin listener on %s:%d", host, port, extra={"admin_port": port})
+    child = subprocess.Popen(command)  # noqa: S603 - our own interpreter and module
+    threading.Thread(target=_watch, args=(child, port), daemon=True).start()
+    return child
+
+
+def _watch(child: subprocess.Popen[bytes], port: int) -> None:
+    """One ERROR line when the admin listener ends while `bidder serve` runs (a crash, a
+    signal of its own): the public listener goes on, and the operator learns why the admin
+    port stopped answering."""
+    status = child.wait()
+    if not _stopping.is_set():
+        log.error(
+            "the admin listener on port %d exited with status %d",
+            port,
+            status,
+            extra={"admin_port": port, "status": status},
+        )
+
+
+#: Set once `bidder serve` stops the admin listener itself.
+_stopping = threading.Event()
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    """Stop the admin listener as granian stops: SIGTERM, its graceful stop, then SIGKILL."""
+    _stopping.set()
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(_ADMIN_STOP_SECONDS)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def _share_metrics() -> str:
@@ -177,6 +258,18 @@ def register(subparsers: Any) -> None:
         default=None,
         help="worker processes (default: the CPUs this process may use: affinity, cgroup quota)",
     )
+    serve_cmd.add_argument(
+        "--admin-port",
+        type=port_number,
+        default=None,
+        help="serve the admin API and /metrics on this port only, off the public one "
+        "(default: ADMIN_PORT; unset, both on --port)",
+    )
+    serve_cmd.add_argument(
+        "--admin-host", default=None, help="the admin listener's address (default: --host)"
+    )
+    # The admin listener `--admin-port` starts: one process of its own.
+    serve_cmd.add_argument("--admin-listener", action="store_true", help=argparse.SUPPRESS)
     serve_cmd.set_defaults(func=_cmd_serve)
 
     subparsers.add_parser("migrate", help="apply the pending SQL migrations").set_defaults(

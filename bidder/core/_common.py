@@ -68,6 +68,7 @@ def authorize_key(rt: Runtime, authorization: str | None, code: str | None = Non
         raise Unavailable("Service is starting, retry shortly", headers={"Retry-After": "1"})
     now = utcnow()
     key = authenticate(authorization, snapshot, rt.settings.server.key_prefix, now, code=code)
+    rt.rate_limits.take(key.key_id, snapshot.publishers.get(key.publisher_id))
     return Caller(rt, snapshot, key, now)
 
 

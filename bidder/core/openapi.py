@@ -81,6 +81,14 @@ def _unauthorized() -> dict[str, Any]:
     return error_response("Key missing, unknown, expired or revoked: `Invalid or expired API key`.")
 
 
+def _rate_limited() -> dict[str, Any]:
+    return error_response(
+        "The key asked more than its publisher's rate limit allows (off unless the operator "
+        "sets one): retry after `Retry-After` seconds.",
+        retry=True,
+    )
+
+
 def _unavailable() -> dict[str, Any]:
     return error_response(
         "The service cannot reach its hot state (or Postgres, for the screens): nothing "
@@ -107,6 +115,7 @@ def _offer_request(operation_id: str, by: dict[str, Any], external: bool) -> dic
             "`min_bid_cents`, a boolean parameter or a `blocked_*` parameter is not valid."
         ),
         "401": _unauthorized(),
+        "429": _rate_limited(),
         "404": error_response(
             "Nothing can play on this screen now, or no screen of yours has this id "
             "(`No matches available`, with `status`)."
@@ -202,6 +211,7 @@ def _offer_response() -> dict[str, Any]:
                 "reason too long."
             ),
             "401": _unauthorized(),
+            "429": _rate_limited(),
             "404": error_response(
                 "Unknown, expired, already answered, or another publisher's offer."
             ),
@@ -232,6 +242,7 @@ def _playout() -> dict[str, Any]:
             },
             "400": error_response("A field outside its rule, or a body that is not JSON."),
             "401": _unauthorized(),
+            "429": _rate_limited(),
             "404": error_response("Unknown deal, or another publisher's."),
             **_body_errors(),
             "503": _unavailable(),
@@ -278,6 +289,7 @@ def _screens() -> dict[str, Any]:
                 },
                 "400": error_response("`limit` or `cursor` is not valid."),
                 "401": _unauthorized(),
+                "429": _rate_limited(),
                 "503": _unavailable(),
             },
         },
@@ -300,6 +312,7 @@ def _screens() -> dict[str, Any]:
                 },
                 "400": _screen_problems(),
                 "401": _unauthorized(),
+                "429": _rate_limited(),
                 "409": error_response("A screen with this id exists."),
                 **_body_errors(),
                 "503": _unavailable(),
@@ -320,6 +333,7 @@ def _screen() -> dict[str, Any]:
             "responses": {
                 "200": found,
                 "401": _unauthorized(),
+                "429": _rate_limited(),
                 "404": not_found,
                 "503": _unavailable(),
             },
@@ -336,6 +350,7 @@ def _screen() -> dict[str, Any]:
                 "200": found,
                 "400": _screen_problems(),
                 "401": _unauthorized(),
+                "429": _rate_limited(),
                 "404": not_found,
                 **_body_errors(),
                 "503": _unavailable(),
@@ -348,6 +363,7 @@ def _screen() -> dict[str, Any]:
                 "200": found,
                 "400": error_response("The screen cannot be stored as it is."),
                 "401": _unauthorized(),
+                "429": _rate_limited(),
                 "404": not_found,
                 "503": _unavailable(),
             },

@@ -75,8 +75,40 @@ def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
     return Response(exposition(metrics), media_type=_METRICS_TYPE)
 
 
-def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litestar:
-    """The whole service for one environment. `runtime` lets tests share a prepared one."""
+def _route_handlers(settings: Settings, *, admin_listener: bool) -> list[Any]:
+    """The routes one listener serves. The admin listener (`bidder serve --admin-port`):
+    the admin API, `/metrics` and the health checks. Any other: every route, less the admin
+    API and `/metrics` where PUBLIC_ADMIN or PUBLIC_METRICS switch them off (404 there)."""
+    health_routes = [healthz, healthz_head, *health.routes]
+    admin = [
+        *admin_openapi.routes,
+        *admin_routes.routes,
+        *records_routes.routes,
+        *reports_routes.routes,
+        *lists_routes.routes,
+    ]
+    if admin_listener:
+        return [*health_routes, metrics_endpoint, *admin]
+    perimeter = settings.perimeter
+    return [
+        *health_routes,
+        *([metrics_endpoint] if perimeter.public_metrics else []),
+        *guides.routes,
+        *core_openapi.routes,
+        *core_routes.routes,
+        *screens.routes,
+        *core_reports.routes,
+        *openrtb_routes.routes,
+        *tracking.routes(settings),
+        *(admin if perimeter.public_admin else []),
+    ]
+
+
+def create_app(
+    settings: Settings, *, runtime: Runtime | None = None, admin_listener: bool = False
+) -> Litestar:
+    """The whole service for one environment. `runtime` lets tests share a prepared one;
+    `admin_listener`: the app of `bidder serve --admin-port`'s admin listener."""
     configure_logging(settings.server.log_level)
     rt = runtime or Runtime(settings)
     metrics = rt.metrics
@@ -91,24 +123,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
 
     observer = RequestObserver(metrics, logging.getLogger("bidder.access"))
     app = Litestar(
-        route_handlers=[
-            healthz,
-            healthz_head,
-            metrics_endpoint,
-            *health.routes,
-            *guides.routes,
-            *core_openapi.routes,
-            *admin_openapi.routes,
-            *core_routes.routes,
-            *screens.routes,
-            *openrtb_routes.routes,
-            *tracking.routes(settings),
-            *admin_routes.routes,
-            *records_routes.routes,
-            *reports_routes.routes,
-            *lists_routes.routes,
-            *core_reports.routes,
-        ],
+        route_handlers=_route_handlers(settings, admin_listener=admin_listener),
         exception_handlers={
             ServiceError: service_error_handler,
             ClientGone: client_gone_handler,
@@ -127,7 +142,9 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> Litesta
     )
     # The hot routes are answered in front of Litestar's stack (bidder/http/front.py); Litestar
     # still sets up each request's scope and serves everything else.
-    app.asgi_handler = Front(app.asgi_handler, rt, observer, options_allow(app.routes))
+    app.asgi_handler = Front(
+        app.asgi_handler, rt, observer, options_allow(app.routes), hot=not admin_listener
+    )
     return app
 
 
@@ -146,3 +163,10 @@ def app_from_env() -> Litestar:
     """The factory `bidder serve` hands to granian: each worker reads the environment itself."""
     use_multiprocess_values()
     return create_app(load_settings())
+
+
+def admin_app_from_env() -> Litestar:
+    """The factory of `bidder serve --admin-port`'s admin listener: the admin API, `/metrics`
+    (every worker's figures: the listeners share the metrics folder) and the health checks."""
+    use_multiprocess_values()
+    return create_app(load_settings(), admin_listener=True)

@@ -88,9 +88,12 @@ class Front:
         rt: Runtime,
         observer: RequestObserver,
         options_allow: dict[int, bytes] | None = None,
+        *,
+        hot: bool = True,
     ) -> None:
         """`options_allow`: the `Allow` value of each path's automatic OPTIONS handler, by the
-        handler's id (`options_allow` below)."""
+        handler's id (`options_allow` below). `hot`: serve the hot routes (the admin listener
+        serves none: everything goes to Litestar, which answers them 404)."""
         self.inner, self.rt, self.observer = inner, rt, observer
         self.options_allow = options_allow or {}
         self.deprecation_headers = tuple(encode_headers(deprecation_headers(rt.settings)))
@@ -120,6 +123,8 @@ class Front:
             ),
             (_prefix(OFFER_RESPONSE), _Route("POST", _label(OFFER_RESPONSE), answer_offer)),
         ]
+        if not hot:
+            self.exact, self.prefixed = {}, []
 
     def route(self, scope: Scope) -> tuple[_Route, str] | None:
         """The hot route of this request and its path parameter, or None for Litestar."""

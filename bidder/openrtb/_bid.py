@@ -67,6 +67,7 @@ async def handle_bid(rt: Runtime, call: HttpCall, _path_param: str = "") -> Answ
         now,
         code="INVALID_API_KEY",
     )
+    rt.rate_limits.take(key.key_id, snapshot.publishers.get(key.publisher_id))
     body = await call.body(MAX_BID_BYTES)
     if not is_json(call.header(b"content-type")):
         raise BadRequest("Content-Type must be application/json")

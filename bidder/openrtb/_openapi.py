@@ -438,6 +438,11 @@ def _bid_operation(operation_id: str) -> dict[str, Any]:
             },
             "400": _error("Validation error; `error` is the first failing rule's code."),
             "401": _error("`INVALID_API_KEY`: Authorization missing or invalid."),
+            "429": _error(
+                "`RATE_LIMITED`: the key asked more than its rate limit allows (off unless the "
+                "operator sets one).",
+                retry_after="Seconds to wait before retrying.",
+            ),
             "408": _error(
                 "`REQUEST_TIMEOUT`: nothing more of the body arrived for BODY_TIMEOUT_SECONDS "
                 "(default 10); the connection is closed."

@@ -16,6 +16,7 @@ from bidder.runtime.budgets import Budgets
 from bidder.runtime.inventory import InventoryLoader
 from bidder.runtime.loops import Loops, budget_loop, inventory_loop, sweep_loop
 from bidder.runtime.postgres import PostgresHandle
+from bidder.runtime.rate_limit import RateLimiter, serve_workers
 from bidder.settings import Settings
 from store.hot import HotState, connect
 from store.pipelined_cluster import open_pipelined
@@ -56,6 +57,7 @@ class Runtime:
         self.postgres = PostgresHandle(settings.postgres.url, stopping)
         self.inventory = InventoryLoader(settings, self.postgres, self.hot, self.metrics)
         self.budgets = Budgets()
+        self.rate_limits = RateLimiter(settings, serve_workers())
         self.loops = Loops(stopping)
         #: Loops started beside the built-in ones, each given this runtime.
         self.extra_loops: list[Callable[[Runtime], Awaitable[None]]] = [watch]  # ops gauges

@@ -58,6 +58,8 @@ def full_document() -> dict[str, Any]:
                 "external_ids_enabled": True,
                 "max_audience_per_play": 500.25,
                 "max_screens": 20000,
+                "rate_limit_per_second": 12.5,
+                "rate_limit_burst": 40,
             },
             {
                 "id": PUB_OTHER,
@@ -66,6 +68,8 @@ def full_document() -> dict[str, Any]:
                 "external_ids_enabled": False,
                 "max_audience_per_play": 100000,
                 "max_screens": 0,
+                "rate_limit_per_second": None,
+                "rate_limit_burst": None,
             },
         ],
         "advertisers": [

@@ -505,6 +505,21 @@ CASES: list[tuple[str, Callable[[], InventoryDocument], set[Where]]] = [
         {("publishers", 0, "max_screens")},
     ),
     (
+        "rate limit of 0, of nan and a bucket of 0",
+        lambda: basic_document(
+            publishers=[
+                publisher(rate_limit_per_second=0.0),
+                publisher(id=PUB_OTHER, rate_limit_per_second=float("nan")),
+                publisher(id=uid(7, 1), rate_limit_per_second=5.0, rate_limit_burst=0),
+            ]
+        ),
+        {
+            ("publishers", 0, "rate_limit_per_second"),
+            ("publishers", 1, "rate_limit_per_second"),
+            ("publishers", 2, "rate_limit_burst"),
+        },
+    ),
+    (
         "price cap of 0 and of 1e400 cents",
         lambda: basic_document(
             campaigns=[
