@@ -21,6 +21,8 @@ GUIDES = {
     "migration-openrtb-to-core": "migration-openrtb-to-core.md",
     "api-core": "api-core.md",
     "reports": "reports.md",
+    # The inventory document's fields, which the OpenRTB guide cites for targeting.
+    "inventory": "inventory.md",
     # The product decisions the guides cite by section (`contract.md#6-openrtb-path`).
     "contract": "contract.md",
 }
