@@ -132,6 +132,23 @@ class Report:
         return "\n".join(lines)
 
 
+#: Open offers read per round trip: a check run inside a serving worker (the ops gauges' fleet
+#: check) parses a bounded reply at a time, so requests are served between them instead of
+#: waiting for one reply of every open offer (about a second for 100,000).
+_OFFERS_PER_READ = 256
+
+
+async def _open_offers(redis: Redis, shard: int, open_ids: list[Any]) -> list[Any]:
+    """(campaign, price, status) of each offer in `open_ids`, `_OFFERS_PER_READ` a round trip."""
+    offers: list[Any] = []
+    for start in range(0, len(open_ids), _OFFERS_PER_READ):
+        async with redis.pipeline(transaction=False) as pipe:
+            for offer_id in open_ids[start : start + _OFFERS_PER_READ]:
+                pipe.hmget(offer_key(shard, _text(offer_id)), "campaign", "price", "status")
+            offers += await pipe.execute()
+    return offers
+
+
 async def _redis_snapshot(redis: Redis, report: Report) -> set[str]:
     """Counters, open offers and queued billing per shard, each shard read atomically. Returns
     the billing ids still in Redis (queue or dead letters)."""
@@ -148,11 +165,7 @@ async def _redis_snapshot(redis: Redis, report: Report) -> set[str]:
             check = report.campaigns.setdefault(cid, CampaignCheck(cid, shard))
             if part in ("t", "r", "s"):
                 setattr(check, {"t": "total", "r": "reserved", "s": "spent"}[part], int(value))
-        async with redis.pipeline(transaction=False) as pipe:
-            for offer_id in open_ids:
-                pipe.hmget(offer_key(shard, _text(offer_id)), "campaign", "price", "status")
-            offers = await pipe.execute()
-        for campaign, price, status in offers:
+        for campaign, price, status in await _open_offers(redis, shard, open_ids):
             if campaign is None or price is None or status != b"open":
                 continue
             check = report.campaigns.setdefault(
