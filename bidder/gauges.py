@@ -3,8 +3,11 @@ inventory's age, exhausted campaigns, the fleet's budget check and the signing s
 
 One background loop per worker (Runtime.extra_loops) sets them every `WATCH_SECONDS`; the alert
 rules and the dashboard of deploy/ read them. The budget check (`store.reconcile`, without
-repair) runs in one process of the fleet at a time, every RECONCILE_CHECK_SECONDS, under a Redis
-lock; its result is kept in Redis so that every worker exports the same figure.
+repair) reads every open offer, which costs a serving worker seconds of CPU on a large
+inventory: it runs only in workers that also run the record writer (RECORD_WRITER=1, one at a
+time under a Redis lock, every RECONCILE_CHECK_SECONDS), and `bidder reconcile` records its
+result the same way, so a fleet whose writers run apart schedules that command instead. The
+result is kept in Redis, so that every worker exports the same figure.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
+
+from redis.asyncio import Redis
 
 from store.errors import OUTAGE, REDIS_DOWN
 from store.reconcile import check_balances
@@ -50,7 +55,9 @@ async def watch(rt: Runtime) -> None:
         await _check_redis(rt)
         m.dependency_up.labels("postgres").set(1 if await rt.postgres.state() == "ok" else 0)
         try:  # bounded: a frozen Postgres must not hold this loop (or a pool connection)
-            await asyncio.wait_for(_budget_check(rt), _BUDGET_CHECK_TIMEOUT)
+            if rt.settings.records.writer:
+                await asyncio.wait_for(_budget_check(rt), _BUDGET_CHECK_TIMEOUT)
+            await _export_last_check(rt)
         except OUTAGE:
             pass  # dependency_up says so
         except Exception:
@@ -77,8 +84,7 @@ async def _check_redis(rt: Runtime) -> None:
 
 
 async def _budget_check(rt: Runtime) -> None:
-    """Run the fleet's budget check when its interval is up and no other process holds it;
-    then export the last result, whoever made it."""
+    """Run the fleet's budget check when its interval is up and no other process holds it."""
     interval = rt.settings.intervals.reconcile_check_seconds
     if await rt.redis.set(RECONCILE_LOCK_KEY, "1", nx=True, ex=max(1, round(interval))):
         try:
@@ -90,10 +96,18 @@ async def _budget_check(rt: Runtime) -> None:
             raise
         # One pass, no settling: a campaign mid-offer may differ for a moment, so the alert
         # asks for the difference to last (deploy/prometheus/alerts.yml).
-        await rt.redis.hset(
-            RECONCILE_RESULT_KEY,
-            mapping={"differing": len(report.differing), "checked_at": time.time()},
-        )
+        await record_check(rt.redis, len(report.differing))
+
+
+async def record_check(redis: Redis, differing: int) -> None:
+    """Keep a budget check's result where every worker's gauges read it."""
+    await redis.hset(
+        RECONCILE_RESULT_KEY, mapping={"differing": differing, "checked_at": time.time()}
+    )
+
+
+async def _export_last_check(rt: Runtime) -> None:
+    """The fleet's last budget check, whoever made it, as this worker's gauges."""
     last = await rt.redis.hgetall(RECONCILE_RESULT_KEY)
     if last:
         rt.metrics.reconcile_differing.set(int(last[b"differing"]))

@@ -19,6 +19,7 @@ import uvloop
 from prometheus_client import start_http_server
 
 from bidder.cli.common import port_number
+from bidder.gauges import record_check
 from bidder.observability import Metrics, configure_logging
 from bidder.settings import Settings, SettingsError, load_settings
 from store.errors import REDIS_DOWN
@@ -146,6 +147,8 @@ async def _reconcile_main(settings: Settings, *, repair: bool, as_json: bool) ->
         return 1
     try:
         report = await reconcile(redis, conn, repair=repair)
+        if not repair:  # what the fleet's budget-drift gauge exports (bidder.gauges)
+            await record_check(redis, len(report.differing))
     except REDIS_DOWN as exc:
         print(f"bidder: cannot reach Redis at REDIS_URL: {exc}", file=sys.stderr)
         return 1
