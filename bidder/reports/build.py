@@ -41,7 +41,8 @@ _json = msgspec.json.Encoder(decimal_format="number")
 #: The money fields of an earnings row, named as in the accept result.
 EARNINGS_MONEY = ("gross_price_cents", "commission_cents", "net_price_cents")
 _EARNINGS_SUMS = ("plays", "audience", *EARNINGS_MONEY)
-_DELIVERY_COUNTS = (
+#: The delivery report's count columns, in their order (rows, CSV, the OpenAPI schema).
+DELIVERY_COUNTS = (
     "offers",
     "accepted",
     "rejected",
@@ -145,7 +146,7 @@ def ecpm(spend_cents: Decimal, audience: Decimal) -> Decimal | None:
 
 
 def _empty_delivery() -> dict[str, Any]:
-    return dict.fromkeys(_DELIVERY_COUNTS, 0) | {
+    return dict.fromkeys(DELIVERY_COUNTS, 0) | {
         "rejected_by_reason": {},
         "audience": Decimal(0),
         "spend_cents": Decimal(0),
@@ -170,7 +171,7 @@ def _fold_part(
             row["spend_cents"] = record["spend_cents"]
         else:
             for name, value in record.items():
-                if name in _DELIVERY_COUNTS:
+                if name in DELIVERY_COUNTS:
                     row[name] = value
 
 
@@ -200,7 +201,7 @@ async def delivery_report(
     totals = _empty_delivery()
     for key in sorted(merged, key=_sort_key):
         row = merged[key]
-        _add(totals, row, (*_DELIVERY_COUNTS, "audience", "spend_cents"))
+        _add(totals, row, (*DELIVERY_COUNTS, "audience", "spend_cents"))
         for reason, count in row["rejected_by_reason"].items():
             by_reason = totals["rejected_by_reason"]
             by_reason[reason] = by_reason.get(reason, 0) + count
@@ -210,7 +211,7 @@ async def delivery_report(
         sorted({row["campaign_id"] for row in rows if "campaign_id" in row})
     )
     pacing = [_pacing(record, now) for record in await campaign_spend(conn, campaign_ids, now)]
-    columns = [*keys, *_DELIVERY_COUNTS, "rejected_by_reason", "audience", "spend_cents"]
+    columns = [*keys, *DELIVERY_COUNTS, "rejected_by_reason", "audience", "spend_cents"]
     return Report(
         "delivery",
         rng,

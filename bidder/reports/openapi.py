@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bidder.openapi import error_response, json_content, ref
+from bidder.reports.build import DELIVERY_COUNTS
 from bidder.reports.params import DEFAULT_DAYS, MAX_DAYS
 from store.reports import DELIVERY_GROUPS, EARNINGS_GROUPS
 
@@ -39,19 +40,7 @@ _EARNINGS = {
     "net_price_cents": _AMOUNT,
 }
 _DELIVERY = {
-    **{
-        name: _COUNT
-        for name in (
-            "offers",
-            "accepted",
-            "rejected",
-            "expired",
-            "lost",
-            "impressions",
-            "plays_billed",
-            "plays_confirmed",
-        )
-    },
+    **dict.fromkeys(DELIVERY_COUNTS, _COUNT),
     "rejected_by_reason": {"type": "object", "additionalProperties": _COUNT},
     "audience": _AMOUNT,
     "spend_cents": _AMOUNT,
