@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import logging
 import os
 import shutil
@@ -137,6 +138,7 @@ def warn_public_port(settings: Settings, port: int) -> None:
 def _cmd_serve(args: argparse.Namespace) -> int:
     settings = command_settings(secrets=True)
     if args.admin_listener:  # the admin listener `--admin-port` started (below)
+        _end_with_parent(args.admin_parent)
         _serve_with(settings, args.host, args.port, 1, ADMIN_APP)
         return 0
     workers = args.workers or process_cpus()  # the cgroup quota and affinity, not the host's
@@ -186,11 +188,26 @@ def _start_admin_listener(host: str, port: int) -> subprocess.Popen[bytes]:
     process group: a terminal's Ctrl-C reaches both, and `_stop` stops it after the public
     listener (docs/decisions.md, "The admin listener")."""
     command = [sys.executable, "-m", "bidder.cli", "serve", "--admin-listener"]
-    command += ["--host", host, "--port", str(port)]
+    command += ["--admin-parent", str(os.getpid()), "--host", host, "--port", str(port)]
     log.info("admin listener on %s:%d", host, port, extra={"admin_port": port})
     child = subprocess.Popen(command)  # noqa: S603 - our own interpreter and module
     threading.Thread(target=_watch, args=(child, port), daemon=True).start()
     return child
+
+
+#: prctl(2) option: the signal the kernel sends this process when its parent ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def _end_with_parent(parent_pid: int) -> None:
+    """The admin listener stops when `bidder serve` ends however it ends (SIGKILL included,
+    which runs no `finally`): on Linux the kernel sends it SIGTERM, granian's graceful stop.
+    A parent gone before the request took effect is caught by comparing the parent pid."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if parent_pid and os.getppid() != parent_pid:
+        raise CommandFailed("bidder serve ended before its admin listener started")
 
 
 def _watch(child: subprocess.Popen[bytes], port: int) -> None:
@@ -270,6 +287,8 @@ def register(subparsers: Any) -> None:
     )
     # The admin listener `--admin-port` starts: one process of its own.
     serve_cmd.add_argument("--admin-listener", action="store_true", help=argparse.SUPPRESS)
+    # The pid of the `bidder serve` that started the admin listener: it ends with it.
+    serve_cmd.add_argument("--admin-parent", type=int, default=0, help=argparse.SUPPRESS)
     serve_cmd.set_defaults(func=_cmd_serve)
 
     subparsers.add_parser("migrate", help="apply the pending SQL migrations").set_defaults(

@@ -42,7 +42,7 @@ from bidder.observability import (
     use_multiprocess_values,
 )
 from bidder.openrtb import routes as openrtb_routes
-from bidder.runtime import Runtime
+from bidder.runtime import Runtime, parent_loop
 from bidder.settings import Settings, load_settings
 
 log = logging.getLogger("bidder.app")
@@ -174,11 +174,21 @@ def _state(rt: Runtime, metrics: Metrics, observer: RequestObserver) -> State:
 def app_from_env() -> Litestar:
     """The factory `bidder serve` hands to granian: each worker reads the environment itself."""
     use_multiprocess_values()
-    return create_app(load_settings())
+    settings = load_settings()
+    return create_app(settings, runtime=_served_runtime(settings))
 
 
 def admin_app_from_env() -> Litestar:
     """The factory of `bidder serve --admin-port`'s admin listener: the admin API, `/metrics`
     (every worker's figures: the listeners share the metrics folder) and the health checks."""
     use_multiprocess_values()
-    return create_app(load_settings(), admin_listener=True)
+    settings = load_settings()
+    return create_app(settings, runtime=_served_runtime(settings), admin_listener=True)
+
+
+def _served_runtime(settings: Settings) -> Runtime:
+    """A granian worker's runtime: it also stops the worker once the process that started it
+    has ended (bidder.runtime.parent_loop)."""
+    runtime = Runtime(settings)
+    runtime.extra_loops.append(lambda rt: parent_loop(rt.loops))
+    return runtime

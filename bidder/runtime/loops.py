@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import time
 from collections.abc import Awaitable
 
@@ -18,7 +20,7 @@ from store.errors import REDIS_DOWN
 from store.hot import HotState
 from store.pipelined import HotConnection
 
-__all__ = ["Loops", "budget_loop", "inventory_loop", "sweep_loop"]
+__all__ = ["Loops", "budget_loop", "inventory_loop", "parent_loop", "sweep_loop"]
 
 log = logging.getLogger("bidder.runtime")
 
@@ -103,6 +105,24 @@ async def sweep_loop(loops: Loops, hot: HotState, metrics: Metrics, every: float
             continue
         except Exception:
             log.exception("expiry sweep failed")
+
+
+#: How often a worker checks that the process that started it is still there.
+_PARENT_CHECK_SECONDS = 1.0
+
+
+async def parent_loop(loops: Loops) -> None:
+    """Stop this worker (SIGTERM to itself: granian's graceful stop) once the process that
+    started it has ended: a `bidder serve` or granian killed with SIGKILL runs no clean-up,
+    and its orphaned workers would go on answering on the port with nobody to stop them."""
+    parent = os.getppid()
+    while await loops.sleep(_PARENT_CHECK_SECONDS):
+        if os.getppid() != parent:
+            log.error(
+                "the process that started this worker ended; stopping", extra={"parent": parent}
+            )
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
 
 
 def _where(task: asyncio.Task[None]) -> tuple[str, str]:

@@ -6,7 +6,10 @@ nothing of the public interfaces; SIGTERM to `bidder serve` stops both listeners
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
+import signal
 import socket
 import sys
 import time
@@ -17,7 +20,7 @@ import pytest
 
 from tests.support.admin import ADMIN
 from tests.support.cli import bidder, cli_env
-from tests.support.processes import free_port, running, tail, until_ready
+from tests.support.processes import free_port, running, start_serve, tail, until_ready
 from tests.support.servers import ServerUrls
 
 HEALTHZ_COUNT = re.compile(
@@ -99,3 +102,26 @@ async def test_an_admin_port_taken_or_equal_to_the_port_is_one_line_and_exit_1(
             assert "--admin-port" in err or f"127.0.0.1:{admin_port}" in err
             assert "Traceback" not in err
     assert not _listening(port)
+
+
+async def test_the_admin_listener_ends_when_bidder_serve_is_killed(
+    servers: ServerUrls, clean: None, tmp_path: Path
+) -> None:
+    """SIGKILL runs no clean-up in `bidder serve`: neither its workers nor the admin listener
+    may outlive it (an orphan keeps its port and answers with nobody left to stop it)."""
+    port, admin_port = free_port(), free_port()
+    log = tmp_path / "serve.log"
+    proc = start_serve(servers, port, log, ADMIN_PORT=str(admin_port), RECORD_WRITER="0")
+    try:
+        await until_ready(port, log)
+        await until_ready(admin_port, log)
+        proc.kill()
+        proc.wait(timeout=5)
+        deadline = time.monotonic() + 10
+        while _listening(admin_port) or _listening(port):
+            if time.monotonic() > deadline:
+                pytest.fail("a listener outlived a killed bidder serve:\n" + tail(log))
+            await asyncio.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of this test's session is left
