@@ -8,9 +8,8 @@
 --       6 deadline (epoch ms, 0: none; see too_late)
 -- Returns {status, count}: status 'first' | 'retry' | 'unknown' | 'late'.
 if too_late(ARGV[6]) then return {'late', 0} end
-local offer_flat = redis.call('HGETALL', KEYS[1])
-if #offer_flat == 0 then return {'unknown', 0} end
-local offer = hash_to_table(offer_flat)
+local offer = read_offer(KEYS[1])
+if offer == nil then return {'unknown', 0} end
 if offer['channel'] ~= 'openrtb' then return {'unknown', 0} end
 local count = redis.call('HINCRBY', KEYS[1], 'loss_count', 1)
 if count > 1 then return {'retry', count} end
