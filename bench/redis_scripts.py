@@ -35,6 +35,7 @@ import redis
 import uvloop
 
 from bench.cluster import _campaign
+from bench.server import compact_redis
 from matching.snapshot import CampaignInfo
 from store.hot import HotState, Reserved, connect
 from store.local_servers import RedisServer, free_port
@@ -187,8 +188,8 @@ async def run(port: int, calls: int, callers: int, rounds: int, campaigns: int) 
         for step in await _round(port, camps, calls, callers):
             print(f"r{number} {step.line()}", flush=True)
             by_step.setdefault(step.name, []).append(step)
-        redis.Redis(port=port).bgrewriteaof()  # as the bench compacts between phases
-        await asyncio.sleep(2)
+        # As the bench compacts between phases (waiting for one Redis started itself).
+        await asyncio.to_thread(compact_redis, f"redis://127.0.0.1:{port}/0")
     print("median over the rounds (Redis us/call):")
     for name, steps in by_step.items():
         figures = [1e6 * s.cpu_s / s.calls for s in steps]
