@@ -45,6 +45,7 @@ ROUTES = {
 SHOWN_SHARE = 0.03
 WORKER, WRITER, POSTGRES = "worker", "record writer", "postgres"
 PRIMARY_PREFIX = "redis primary :"
+REPLICA_PREFIX = "redis replica :"
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,15 @@ class RouteRun:
         if self.requests <= 0:
             return None
         return 1e6 * used / self.requests
+
+    @property
+    def replicas_us(self) -> float | None:
+        """The replicas' CPU per request, summed (what applying the primaries' writes costs);
+        None when no replica was followed."""
+        used = [v for k, v in self.cpu_s.items() if k.startswith(REPLICA_PREFIX)]
+        if not used or self.requests <= 0:
+            return None
+        return 1e6 * sum(used) / self.requests
 
     @property
     def busiest_share(self) -> float | None:
@@ -164,8 +174,9 @@ def sizing_table(rows: list[SizingRow]) -> str:
 def rounds_table(runs: dict[str, list[RouteRun]]) -> str:
     """Every round of every route: req/s, CPU per request, each primary's share."""
     lines = [
-        "| Route | Round | req/s | Worker | Redis | Primaries' shares | Record writer | Postgres |",
-        "|---|---|---|---|---|---|---|---|",
+        "| Route | Round | req/s | Worker | Redis (primaries) | Primaries' shares "
+        "| Redis (replicas) | Record writer | Postgres |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for route, route_runs in runs.items():
         for number, run in enumerate(route_runs, 1):
@@ -178,7 +189,8 @@ def rounds_table(runs: dict[str, list[RouteRun]]) -> str:
             lines.append(
                 f"| {ROUTES.get(route, route)} | {number} | {run.rps:,.0f} "
                 f"| {_us(run.us_per_request(WORKER))} | {_us(run.redis_us)} | {shares} "
-                f"| {_us(run.us_per_request(WRITER))} | {_us(run.us_per_request(POSTGRES))} |"
+                f"| {_us(run.replicas_us)} | {_us(run.us_per_request(WRITER))} "
+                f"| {_us(run.us_per_request(POSTGRES))} |"
             )
     return "\n".join(lines)
 
@@ -261,6 +273,7 @@ class CpuSampler:
         self.cluster = cluster
         self.database_url = database_url
         self.primaries = cluster.primary_ports()
+        self.replicas = [n.port for n in cluster.running() if n.port not in self.primaries]
 
     def sample(self) -> dict[str, float]:
         spent: dict[str, float] = {}
@@ -270,15 +283,16 @@ class CpuSampler:
             groups[WRITER] = server.process_tree(writer.proc.pid)
         for name, pids in groups.items():
             spent[name] = sum(cpu_seconds(pids).values())
-        for port in self.primaries:
-            client = redis.Redis(port=port)
-            try:
-                info = client.info("cpu")
-            finally:
-                client.close()
-            spent[f"{PRIMARY_PREFIX}{port}"] = float(info["used_cpu_sys"]) + float(
-                info["used_cpu_user"]
-            )
+        for prefix, ports in ((PRIMARY_PREFIX, self.primaries), (REPLICA_PREFIX, self.replicas)):
+            for port in ports:
+                client = redis.Redis(port=port)
+                try:
+                    info = client.info("cpu")
+                finally:
+                    client.close()
+                spent[f"{prefix}{port}"] = float(info["used_cpu_sys"]) + float(
+                    info["used_cpu_user"]
+                )
         return spent
 
 

@@ -82,6 +82,10 @@ def test_a_route_run_gives_cpu_per_request_and_each_primary_share() -> None:
     assert run.us_per_request("postgres") is None
     assert run.redis_us == pytest.approx(25.0)
     assert run.busiest_share == pytest.approx(0.6)
+    assert run.replicas_us is None  # none followed
+    with_replica = _run("offer", 2_000, 2.0, {**run.cpu_s, "redis replica :7004": 0.04})
+    assert with_replica.replicas_us == pytest.approx(10.0)
+    assert with_replica.redis_us == pytest.approx(25.0)  # a replica is no primary
 
 
 def test_the_row_is_the_median_round_and_says_what_one_core_serves() -> None:
