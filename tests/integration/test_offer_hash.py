@@ -11,13 +11,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
+import pytest
 from redis.asyncio import Redis
 
 from matching.snapshot import CampaignInfo
-from store.hot import Answered, HotState, Reserved, offer_key, queue_key
+from store.hot import Answered, HotState, Reserved, offer_key, queue_key, shard_of
 from store.postgres import create_pool
 from store.reconcile import check_balances
 from store.records import RecordWriter
+from tests.support.core import live_app
+from tests.support.core import prepare as prepare_core
 from tests.support.factories import PUB, SCREEN_MOVING
 from tests.support.records import (
     ACCEPTED,
@@ -31,6 +34,7 @@ from tests.support.records import (
     prepare,
     tracking_payload,
 )
+from tests.support.servers import ServerUrls, make_settings
 
 #: The fields an OpenRTB bid is made with (bidder/openrtb/_bid.py), the same for both forms.
 _BID_FIELDS = {
@@ -194,3 +198,24 @@ async def test_offers_of_both_forms_are_written_once_and_reconcile_balances(
             assert report.campaigns[camp.id].open_offers_in_redis == 4 * PRICE
     finally:
         await pool.close()
+
+
+@pytest.mark.parametrize(("form", "fields_kept"), [("packed", 4), ("fields", 12)])
+async def test_offer_hash_names_the_form_a_served_offer_is_written_in(
+    servers: ServerUrls, clean: None, form: str, fields_kept: int
+) -> None:
+    """OFFER_HASH reaches the service: an offer request's hash has the form it names, and an
+    accept of it answers 200 either way."""
+    async with live_app(make_settings(servers, OFFER_HASH=form)) as live:
+        core = await prepare_core(live)
+        offer = await core.offer(SCREEN_MOVING)
+        assert offer.status_code == 200, offer.text
+        offer_id = offer.json()["offer_id"]
+        shard = shard_of(offer_id)
+        assert shard is not None
+        stored = await live.rt.redis.hgetall(offer_key(shard, offer_id))
+        assert len(stored) == fields_kept
+        assert (b"rest" in stored) == (form == "packed")
+        price = offer.json()["bid_price_cents"]
+        answer = await core.respond(offer_id, {"action": "accept", "accepted_price_cents": price})
+        assert answer.status_code == 200, answer.text
