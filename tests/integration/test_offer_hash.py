@@ -219,3 +219,25 @@ async def test_offer_hash_names_the_form_a_served_offer_is_written_in(
         price = offer.json()["bid_price_cents"]
         answer = await core.respond(offer_id, {"action": "accept", "accepted_price_cents": price})
         assert answer.status_code == 200, answer.text
+
+
+async def test_an_answered_or_lost_offer_is_kept_for_the_retention(
+    redis_client: Redis, migrated: str
+) -> None:
+    """Tracking and loss notices may come up to the retention after an offer's outcome
+    (HotState.retention_ms): its hash lasts at least that long, renewed or not."""
+    _, camp = await prepare(redis_client, migrated)
+    hot = HotState(redis_client, retention_ms=3_600_000)
+    now = datetime.now(UTC)
+    accepted = await _reserve(hot, camp, now, _CORE_FIELDS)
+    rejected = await _reserve(hot, camp, now, _CORE_FIELDS)
+    lost = await _reserve(hot, camp, now, _BID_FIELDS)
+    later = now + timedelta(seconds=1)
+    await hot.respond(accepted, PUB, "accept", later, billing_payload(PRICE), PRICE)
+    await hot.respond(rejected, PUB, "reject", later, {})
+    assert (await hot.loss(lost, later, {"reason": "102"}))[0] == "first"
+    for offer_id in (accepted, rejected, lost):
+        status = (await hot.offer(offer_id) or {}).get("status")
+        assert status in ("accepted", "rejected", "lost")
+        kept_ms = await redis_client.pttl(offer_key(camp.shard, offer_id))
+        assert kept_ms >= 3_600_000 - 5_000, (status, kept_ms)
