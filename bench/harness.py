@@ -35,6 +35,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import redis
+
 from bench import seed, server, throughput, workload
 from bench.throughput import WrkResult, WrkRun
 
@@ -236,12 +238,54 @@ def _accept_pool(info: Info, base_url: str, wanted: int) -> Path:
     return requests
 
 
-def measure_one(info: Info, endpoint: str, port: int, seconds: float) -> str:
+def _reset_commandstats(info: Info) -> None:
+    client = redis.Redis.from_url(info.redis_url)
+    try:
+        client.config_resetstat()
+    finally:
+        client.close()
+
+
+def commandstats_lines(stats: dict[str, dict[str, float]], requests: int) -> list[str]:
+    """The Redis commands of a run, most time first (those of at least 1 % of it): calls per
+    request and microseconds per call (`INFO commandstats`; a script's EVALSHA includes the
+    commands it calls, which are listed too)."""
+    total = sum(s["usec"] for name, s in stats.items() if name != "cmdstat_evalsha") or 1.0
+    lines = []
+    for name, stat in sorted(stats.items(), key=lambda kv: -kv[1]["usec"]):
+        if name != "cmdstat_evalsha" and stat["usec"] / total < 0.01:
+            continue
+        lines.append(
+            f"    redis {name.removeprefix('cmdstat_'):18s} {stat['calls'] / requests:6.2f} "
+            f"calls/request  {stat['usec_per_call']:7.2f} us/call"
+        )
+    return lines
+
+
+def _commandstats(info: Info, requests: int) -> list[str]:
+    client = redis.Redis.from_url(info.redis_url)
+    try:
+        stats = client.info("commandstats")
+        loop = client.info("stats")
+    finally:
+        client.close()
+    lines = commandstats_lines(stats, requests)
+    cycles = int(loop.get("eventloop_cycles", 0))
+    if cycles:
+        lines.append(f"    redis event loop: {requests / cycles:.1f} requests per cycle")
+    return lines
+
+
+def measure_one(
+    info: Info, endpoint: str, port: int, seconds: float, commandstats: bool = False
+) -> str:
     script, file = ENDPOINTS[endpoint]
     base_url = f"http://127.0.0.1:{port}"
     data = Path(info.data) / file
     if endpoint == "accept":
         data = _accept_pool(info, base_url, wanted=int(throughput.ACCEPT_POOL_RATE * seconds))
+    if commandstats:
+        _reset_commandstats(info)
     followed = followed_processes(info)
     before = cpu_seconds(followed)
     wrk_before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -269,10 +313,18 @@ def measure_one(info: Info, endpoint: str, port: int, seconds: float) -> str:
                 f"    {100 * seconds_used / wall:5.1f} % of a core  "
                 f"{1e6 * seconds_used / requests:7.1f} us/request  {name}"
             )
+    if commandstats:
+        lines += _commandstats(info, requests)
     return "\n".join(lines)
 
 
-def measure(endpoints: list[str], ports: list[int], seconds: float, rounds: int) -> int:
+def measure(
+    endpoints: list[str],
+    ports: list[int],
+    seconds: float,
+    rounds: int,
+    commandstats: bool = False,
+) -> int:
     unknown = [e for e in endpoints if e not in ENDPOINTS]
     if unknown:
         raise SystemExit(f"unknown endpoint {unknown[0]!r}: one of {', '.join(ENDPOINTS)}")
@@ -282,7 +334,8 @@ def measure(endpoints: list[str], ports: list[int], seconds: float, rounds: int)
             if str(port) not in info.workers:
                 raise SystemExit(f"no harness worker on :{port}")
             for endpoint in endpoints:
-                print(f"r{number} " + measure_one(info, endpoint, port, seconds), flush=True)
+                run = measure_one(info, endpoint, port, seconds, commandstats)
+                print(f"r{number} " + run, flush=True)
     return 0
 
 
@@ -302,6 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     runs.add_argument("--port", default="", help="comma-separated worker ports (default: all)")
     runs.add_argument("--seconds", type=float, default=4.0)
     runs.add_argument("--rounds", type=int, default=1)
+    runs.add_argument(
+        "--commandstats",
+        action="store_true",
+        help="reset Redis' statistics before each run (CONFIG RESETSTAT) and print its "
+        "INFO commandstats after it: calls per request and us per call of each command",
+    )
     args = parser.parse_args(argv)
     if args.command == "up":
         return up(args.port)
@@ -310,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     ports = [int(p) for p in args.port.split(",") if p] or sorted(
         int(p) for p in Info.load().workers
     )
-    return measure(args.endpoints.split(","), ports, args.seconds, args.rounds)
+    return measure(args.endpoints.split(","), ports, args.seconds, args.rounds, args.commandstats)
 
 
 if __name__ == "__main__":

@@ -192,6 +192,7 @@ def main() -> None:
 
     state = hot.HotState.__new__(hot.HotState)
     state.retention_ms, state.deal_ttl_ms = 3_600_000, 86_400_000
+    state.packed_offers = True
     state._fast = None  # no pipelined connection: no deadline, nothing to connect
     state._reserve = _NoScript([1, 10, 0, 0])
     answered = b'{"campaign":"c","deal_id":"d"}'

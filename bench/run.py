@@ -68,6 +68,8 @@ class BenchConfig:
     # the web workers, `bidder writer` processes beside them); `--writer in-worker` for the
     # worker's own writer. docs/performance.md, "What was tried".
     separate_writer: bool = True
+    # `cluster`: the sizing run on a local Redis Cluster (bench/sizing.py) instead of this one.
+    redis: str = "single"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> BenchConfig:
@@ -81,7 +83,10 @@ class BenchConfig:
             results=Path(args.results),
             command=args.command_line,
             separate_writer=args.writer == "separate",
+            redis=args.redis,
         )
+        if args.redis == "cluster" and not args.scenario:
+            cfg.scenario = "cluster-quick" if args.quick else "cluster"
         if args.quick:
             cfg.wrk_seconds, cfg.locust_seconds, cfg.locust_users = 3.0, 8, 20
             cfg.rounds = 1
@@ -124,6 +129,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="separate",
         help="who drains the record queue: a `bidder writer` process on the load generator's "
         "core, the web worker running with RECORD_WRITER=0 (default), or the web worker itself",
+    )
+    parser.add_argument(
+        "--redis",
+        choices=("single", "cluster"),
+        default="single",
+        help="single: the full bench on one Redis (default); cluster: the sizing run on a "
+        "local Redis Cluster of 3 primaries with a replica each (offer request, bid and "
+        "accept in rounds, CPU per request of the worker, each primary, the writer and "
+        "Postgres, and what a core of each serves a second)",
     )
     parser.add_argument("--root", default=str(ROOT), help="working folder (servers, data)")
     parser.add_argument("--results", default=str(report.RESULTS_DIR), help="report folder")
@@ -651,6 +665,10 @@ def missing_dev_tools() -> list[str]:
 
 
 def bench(cfg: BenchConfig) -> int:
+    if cfg.redis == "cluster":
+        from bench import sizing  # it builds on this module
+
+        return sizing.run_cluster(cfg)
     started = time.monotonic()
     # The tree the worker imports when it starts is the one measured; a commit made during the
     # run does not change what the report describes.

@@ -151,6 +151,8 @@ class Seeded:
     redis_url: str
     keys: dict[str, str]
     seconds: float
+    #: REDIS_MODE of the worker and the writer: `cluster` when redis_url names a cluster's nodes.
+    redis_mode: str = "single"
 
 
 async def seed_database(
@@ -262,6 +264,7 @@ class Worker:
             **os.environ,
             "DATABASE_URL": self.seeded.database_url,
             "REDIS_URL": self.seeded.redis_url,
+            "REDIS_MODE": self.seeded.redis_mode,
             "ADMIN_TOKEN": ADMIN_TOKEN,
             "SIGNING_SECRETS": SIGNING_SECRETS,
             "BIDDER_ENV": "staging",

@@ -180,6 +180,16 @@ def _redis_mode(name: str, raw: str) -> RedisMode:
     raise ValueError(f"{name} must be one of {', '.join(REDIS_MODES)}, got {raw!r}")
 
 
+OFFER_HASH_FORMS = ("packed", "fields")
+
+
+def _offer_hash(name: str, raw: str) -> str:
+    value = raw.strip().lower() or "packed"
+    if value not in OFFER_HASH_FORMS:
+        raise ValueError(f"{name} must be one of {', '.join(OFFER_HASH_FORMS)}, got {raw!r}")
+    return value
+
+
 def _whole_number(name: str, raw: str) -> int:
     raw = raw.strip()
     if not raw:
@@ -356,6 +366,9 @@ class RedisSettings(Group):
     1 with replicas to fail over to (cluster, sentinel), else 0 (`wait_replicas`)."""
     timeout_seconds: float = setting("REDIS_TIMEOUT_SECONDS", 0.25, _positive_float)
     """The hot path's socket timeout: past it the Core API answers 503, OpenRTB `nbr` 1."""
+    offer_hash: str = setting("OFFER_HASH", "packed", _offer_hash)
+    """How a new offer's hash is written: `packed` (its fixed fields in one JSON value) or
+    `fields` (each on its own, the form every version reads); both are read."""
 
     @property
     def wait_replicas(self) -> int:

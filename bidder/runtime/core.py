@@ -51,7 +51,9 @@ class Runtime:
             settings.redis.mode,
             settings.redis.wait_replicas,
         )
-        self.hot = HotState(self.redis, fast=self.fast)
+        self.hot = HotState(
+            self.redis, fast=self.fast, packed_offers=settings.redis.offer_hash == "packed"
+        )
         self.metrics = Metrics()
         stopping = asyncio.Event()
         self.postgres = PostgresHandle(settings.postgres.url, stopping)

@@ -23,6 +23,44 @@ local function hash_to_table(flat)
   return t
 end
 
+-- An offer hash holds `status`, `campaign`, `price` (and what changes later: `freq_hour`,
+-- `resolved_ms`, `deal_id`, `accepted_price`, `loss_count`) as fields, and every other field of
+-- the offer packed into one JSON object, `rest`: a few fields to write instead of a dozen or
+-- more. A hash without `rest` has every field on its own (written so by OFFER_HASH=fields);
+-- both read the same; a field of its own wins over a packed one of the same name. The table
+-- read keeps the packed text under PACKED (no string, so no field name), for offer_json.
+local PACKED = {}
+
+local function read_offer(key)
+  local flat = redis.call('HGETALL', key)
+  if #flat == 0 then return nil end
+  local offer = hash_to_table(flat)
+  local rest = offer['rest']
+  if rest then
+    offer['rest'] = nil
+    local packed, clash = cjson.decode(rest), false
+    for k, v in pairs(packed) do
+      if offer[k] == nil then offer[k] = v else clash = true end
+    end
+    if not clash then offer[PACKED] = {text = rest, fields = packed} end
+  end
+  return offer
+end
+
+-- The offer as a record's JSON object: every field, the packed ones spliced in as they are
+-- stored rather than decoded and encoded again.
+local function offer_json(offer)
+  local packed = offer[PACKED]
+  if packed == nil then return cjson.encode(offer) end
+  local own = {}
+  for k, v in pairs(offer) do
+    if type(k) == 'string' and packed.fields[k] == nil then own[k] = v end
+  end
+  if next(own) == nil then return packed.text end
+  if next(packed.fields) == nil then return cjson.encode(own) end
+  return string.sub(packed.text, 1, -2) .. ',' .. string.sub(cjson.encode(own), 2)
+end
+
 -- True when spending `amount` more would take the campaign past its total. A reservation was
 -- checked against the total when it was made, so this happens only when an operator lowered
 -- the total below what was already reserved: the reservation cannot be honoured any more.
@@ -50,9 +88,10 @@ local function release_play(freq_key, offer, status, now_ms)
   end
 end
 
--- Release an open offer's reservation and mark it with a final status. Returns the campaign's
--- budget triple after the change.
-local function settle(budget_key, day_key, offer_key, offer, status, spend, now_ms, freq_key)
+-- Release an open offer's reservation and mark it with a final status (and the name, value
+-- pairs of `more`, written with it). Returns the campaign's budget triple after the change.
+local function settle(budget_key, day_key, offer_key, offer, status, spend, now_ms, freq_key,
+                      more)
   local cid = offer['campaign']
   local price = tonumber(offer['price'])
   release_play(freq_key, offer, status, now_ms)
@@ -62,15 +101,16 @@ local function settle(budget_key, day_key, offer_key, offer, status, spend, now_
     redis.call('HINCRBY', day_key, cid .. ':r', -price)
     if spend > 0 then redis.call('HINCRBY', day_key, cid .. ':s', spend) end
   end
-  redis.call('HSET', offer_key, 'status', status, 'resolved_ms', now_ms)
+  redis.call('HSET', offer_key, 'status', status, 'resolved_ms', now_ms, unpack(more or {}))
   offer['status'] = status
   offer['resolved_ms'] = tostring(now_ms)
+  for i = 1, #(more or {}), 2 do offer[more[i]] = more[i + 1] end
   local b = redis.call('HMGET', budget_key, cid .. ':t', cid .. ':r', cid .. ':s')
   return {num(b[1]), num(b[2]), num(b[3])}
 end
 
 local function enqueue(queue_key, kind, offer, payload, extra)
-  redis.call('XADD', queue_key, '*', 't', kind, 'o', cjson.encode(offer), 'p', payload,
+  redis.call('XADD', queue_key, '*', 't', kind, 'o', offer_json(offer), 'p', payload,
              'x', cjson.encode(extra))
 end
 

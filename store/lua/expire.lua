@@ -4,12 +4,11 @@
 --       5 record queue, 6 expiry zset, 7 this hour's frequency hash
 -- ARGV: 1 offer id, 2 now_ms, 3 today, 4 yesterday, 5 offer key ttl ms after resolution
 -- Returns the offer's channel ('core' | 'openrtb') when this call expired it, '' otherwise.
-local offer_flat = redis.call('HGETALL', KEYS[1])
-if #offer_flat == 0 then
+local offer = read_offer(KEYS[1])
+if offer == nil then
   redis.call('ZREM', KEYS[6], ARGV[1])
   return ''
 end
-local offer = hash_to_table(offer_flat)
 local now = tonumber(ARGV[2])
 if offer['status'] ~= 'open' then
   redis.call('ZREM', KEYS[6], ARGV[1])

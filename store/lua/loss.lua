@@ -8,14 +8,14 @@
 --       6 deadline (epoch ms, 0: none; see too_late)
 -- Returns {status, count}: status 'first' | 'retry' | 'unknown' | 'late'.
 if too_late(ARGV[6]) then return {'late', 0} end
-local offer_flat = redis.call('HGETALL', KEYS[1])
-if #offer_flat == 0 then return {'unknown', 0} end
-local offer = hash_to_table(offer_flat)
+local offer = read_offer(KEYS[1])
+if offer == nil then return {'unknown', 0} end
 if offer['channel'] ~= 'openrtb' then return {'unknown', 0} end
 local count = redis.call('HINCRBY', KEYS[1], 'loss_count', 1)
 if count > 1 then return {'retry', count} end
 local now = tonumber(ARGV[1])
 local extra = {after_billing = offer['status'] == 'billed', released = 0}
+local renew = true
 if offer['status'] == 'open' then
   extra['released'] = tonumber(offer['price'])
   -- A bid past its expiry is expired, as an answer finds it on the Core side, whether the
@@ -24,7 +24,10 @@ if offer['status'] == 'open' then
   settle(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[2], ARGV[3]), KEYS[1], offer,
          final, 0, now, KEYS[7])
   redis.call('ZREM', KEYS[6], offer['offer_id'])
+  -- A bid lost before its expiry keeps the reservation's ttl, its time to expiry plus the
+  -- retention (ARGV[5]): the retention is left without a PEXPIRE.
+  renew = final ~= 'lost'
 end
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))
+if renew then redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5])) end
 enqueue(KEYS[5], 'loss_notice', offer, ARGV[4], extra)
 return {'first', count}

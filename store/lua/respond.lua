@@ -6,12 +6,12 @@
 --       9 deal hash (accept only)
 -- ARGV: 1 action (accept|reject), 2 publisher id, 3 now_ms, 4 today, 5 yesterday,
 --       6 accepted price (accept) or '' , 7 record payload (JSON), 8 deal id, 9 deal ttl ms,
---       10 offer key ttl ms after resolution, 11 deadline (epoch ms, 0: none; see too_late)
+--       10 offer key ttl ms after resolution (kept: the reservation's ttl covers it),
+--       11 deadline (epoch ms, 0: none; see too_late)
 -- Returns {1, campaign id, billing code or false, total, reserved, spent} or {0, reason, detail}
 if too_late(ARGV[11]) then return {0, 'late', ''} end
-local offer_flat = redis.call('HGETALL', KEYS[1])
-if #offer_flat == 0 then return {0, 'not_found', ''} end
-local offer = hash_to_table(offer_flat)
+local offer = read_offer(KEYS[1])
+if offer == nil then return {0, 'not_found', ''} end
 local now = tonumber(ARGV[3])
 if offer['status'] ~= 'open' or offer['channel'] ~= 'core' or offer['publisher'] ~= ARGV[2] then
   return {0, 'not_found', ''}
@@ -31,10 +31,8 @@ if ARGV[1] == 'accept' then
     expire_now(KEYS[2], day_key, KEYS[1], offer, KEYS[5], KEYS[6], now, KEYS[7])
     return {0, 'not_found', 'over_total'}
   end
-  b = settle(KEYS[2], day_key, KEYS[1], offer, 'accepted', accepted, now, KEYS[7])
-  redis.call('HSET', KEYS[1], 'deal_id', ARGV[8], 'accepted_price', ARGV[6])
-  offer['deal_id'] = ARGV[8]
-  offer['accepted_price'] = ARGV[6]
+  b = settle(KEYS[2], day_key, KEYS[1], offer, 'accepted', accepted, now, KEYS[7],
+             {'deal_id', ARGV[8], 'accepted_price', ARGV[6]})
   redis.call('HSET', KEYS[9], 'deal_id', ARGV[8], 'offer_id', offer['offer_id'],
              'publisher', offer['publisher'],
              'campaign', offer['campaign'], 'screen', offer['screen'])
@@ -45,5 +43,7 @@ else
   enqueue(KEYS[5], 'offer_rejected', offer, ARGV[7], extra)
 end
 redis.call('ZREM', KEYS[6], offer['offer_id'])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[10]))
+-- No PEXPIRE: the reservation gave the hash its time to expiry plus the retention (ARGV[10]),
+-- and an offer answered is one not yet expired, so the retention is left (less any skew
+-- between the clocks of the workers that reserved and answered it).
 return {1, offer['campaign'], code, b[1], b[2], b[3]}

@@ -12,9 +12,8 @@
 -- Returns {status, channel}: status 'billed' | 'recorded' | 'replay', the offer's channel
 -- (core|openrtb); or {'unknown'} | {'late'}.
 if too_late(ARGV[8]) then return {'late'} end
-local offer_flat = redis.call('HGETALL', KEYS[1])
-if #offer_flat == 0 then return {'unknown'} end
-local offer = hash_to_table(offer_flat)
+local offer = read_offer(KEYS[1])
+if offer == nil then return {'unknown'} end
 -- The set outlives the offer hash: it lasts as long as the offer's remaining time or the
 -- retention after resolution, whichever is longer, refreshed by every call.
 local keep = redis.call('PTTL', KEYS[1])

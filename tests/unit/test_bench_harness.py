@@ -47,3 +47,15 @@ def test_cpu_seconds_counts_a_followed_process() -> None:
 def test_an_unknown_endpoint_is_refused_before_anything_runs() -> None:
     with pytest.raises(SystemExit, match="unknown endpoint 'loss'"):
         harness.measure(["bid", "loss"], [8301], 1.0, 1)
+
+
+def test_commandstats_lines_give_calls_per_request_and_time_per_call() -> None:
+    stats = {
+        "cmdstat_evalsha": {"calls": 2000, "usec": 60000, "usec_per_call": 30.0},
+        "cmdstat_hincrby": {"calls": 4000, "usec": 10000, "usec_per_call": 2.5},
+        "cmdstat_hset": {"calls": 2000, "usec": 3000, "usec_per_call": 1.5},
+        "cmdstat_ping": {"calls": 3, "usec": 1, "usec_per_call": 0.33},  # under 1 %: left out
+    }
+    lines = harness.commandstats_lines(stats, requests=2000)
+    assert [line.split()[1] for line in lines] == ["evalsha", "hincrby", "hset"]
+    assert lines[1].split()[2:] == ["2.00", "calls/request", "2.50", "us/call"]

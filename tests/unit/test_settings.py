@@ -35,6 +35,12 @@ def test_defaults() -> None:
     assert settings.server.tracking_path == "/functions/v1/track"
     assert settings.offers.default_commission_rate == Decimal("0.15")
     assert settings.records.writer is True
+    assert settings.redis.offer_hash == "packed"
+
+
+def test_offer_hash_takes_either_form() -> None:
+    assert load_settings({**VALID, "OFFER_HASH": "fields"}).redis.offer_hash == "fields"
+    assert load_settings({**VALID, "OFFER_HASH": " Packed "}).redis.offer_hash == "packed"
 
 
 def test_signing_secrets_newest_first() -> None:
@@ -135,6 +141,7 @@ def test_missing_required_settings_are_named() -> None:
         ("IDLE_TIMEOUT_SECONDS", "61"),  # granian's header read timeout is at most 60 s
         ("MAX_CONNECTIONS_PER_WORKER", "0"),
         ("MAX_CONNECTIONS_PER_WORKER", "many"),
+        ("OFFER_HASH", "json"),
     ],
 )
 def test_single_bad_values(name: str, value: str) -> None:

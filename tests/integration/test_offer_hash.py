@@ -1,0 +1,243 @@
+"""The two forms of an offer's hash in Redis (store/hot/state.py, `offer_from_hash`): packed,
+as new offers are written by default, and every field on its own, as `OFFER_HASH=fields` and
+every version before the packed form write it. Each is answered, expired, lost and tracked by
+the same scripts and carries the same record to Postgres, so a worker finds and answers the
+offers an earlier version left open, and reconcile counts both."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+from redis.asyncio import Redis
+
+from matching.snapshot import CampaignInfo
+from store.hot import Answered, HotState, Reserved, offer_key, queue_key, shard_of
+from store.postgres import create_pool
+from store.reconcile import check_balances
+from store.records import RecordWriter
+from tests.support.core import live_app
+from tests.support.core import prepare as prepare_core
+from tests.support.factories import PUB, SCREEN_MOVING
+from tests.support.records import (
+    ACCEPTED,
+    PRICE,
+    Expected,
+    assert_balanced,
+    assert_exactly_once,
+    billing_payload,
+    drain,
+    make_records,
+    prepare,
+    tracking_payload,
+)
+from tests.support.servers import ServerUrls, make_settings
+
+#: The fields an OpenRTB bid is made with (bidder/openrtb/_bid.py), the same for both forms.
+_BID_FIELDS = {
+    "channel": "openrtb",
+    "publisher": PUB,
+    "creative": "creative-1",
+    "auction_id": "auction-1",
+    "imp_id": "1",
+    "pmp_deal_id": "",
+    "audience": "12.5",
+}
+_CORE_FIELDS = {"channel": "core", "publisher": PUB, "creative": "creative-1"}
+
+
+def _both(redis: Redis) -> tuple[HotState, HotState]:
+    """(packed, fields): the default form, and the form every earlier version writes."""
+    return HotState(redis), HotState(redis, packed_offers=False)
+
+
+async def _reserve(
+    hot: HotState, camp: CampaignInfo, now: datetime, fields: dict[str, str], ttl_s: float = 300
+) -> str:
+    made = await hot.reserve(
+        camp, PRICE, SCREEN_MOVING, now, now + timedelta(seconds=ttl_s), fields
+    )
+    assert isinstance(made, Reserved), made
+    return made.offer_id
+
+
+async def _last_record(redis: Redis, camp: CampaignInfo) -> dict[str, Any]:
+    """The newest queue entry of the campaign's shard, its JSON fields decoded."""
+    entries: Any = await redis.xrevrange(queue_key(camp.shard), count=1)
+    fields = {k.decode(): v.decode() for k, v in entries[0][1].items()}
+    return {k: v if k == "t" else json.loads(v) for k, v in fields.items()}
+
+
+def _without_ids(record: dict[str, Any]) -> dict[str, Any]:
+    """A record with the ids each offer and deal has of its own taken out."""
+    out = dict(record)
+    out["o"] = {k: v for k, v in record["o"].items() if k not in ("offer_id", "deal_id")}
+    if isinstance(out.get("p"), dict):
+        own_ids = ("deal_id", "billing_id", "event_id")
+        out["p"] = {k: v for k, v in out["p"].items() if k not in own_ids}
+    return out
+
+
+async def test_a_packed_offer_has_four_fields_and_reads_as_every_field(
+    redis_client: Redis, migrated: str
+) -> None:
+    _, camp = await prepare(redis_client, migrated)
+    packed, fields = _both(redis_client)
+    now = datetime.now(UTC)
+    new_id = await _reserve(packed, camp, now, _BID_FIELDS)
+    old_id = await _reserve(fields, camp, now, _BID_FIELDS)
+
+    stored_new = await redis_client.hgetall(offer_key(camp.shard, new_id))
+    assert set(stored_new) == {b"status", b"campaign", b"price", b"rest"}
+    stored_old = await redis_client.hgetall(offer_key(camp.shard, old_id))
+    assert b"rest" not in stored_old
+    assert {b"channel", b"publisher", b"screen", b"expires_ms", b"audience"} <= set(stored_old)
+
+    read_new, read_old = await packed.offer(new_id), await packed.offer(old_id)
+    assert read_new is not None
+    assert read_old is not None
+    assert read_new.pop("offer_id") == new_id
+    assert read_old.pop("offer_id") == old_id
+    assert read_new == read_old
+    assert read_new["status"] == "open"
+    assert read_new["price"] == str(PRICE)
+    assert read_new["audience"] == "12.5"
+    # The hot path's read (the pipelined connection's HGETALL) gives the same.
+    assert await fields.offer(new_id) == {**read_new, "offer_id": new_id}
+
+
+async def test_every_outcome_records_the_same_offer_from_either_form(
+    redis_client: Redis, migrated: str
+) -> None:
+    """Accept, reject, expiry, loss notice, billed impression: the record an offer of either
+    form queues is the same, field for field, but for its own ids."""
+    _, camp = await prepare(redis_client, migrated)
+    packed, fields = _both(redis_client)
+    now = datetime.now(UTC)
+    later = now + timedelta(seconds=1)
+    records: dict[str, list[dict[str, Any]]] = {"packed": [], "fields": []}
+    for name, hot in (("packed", packed), ("fields", fields)):
+        out = records[name]
+        accepted = await _reserve(hot, camp, now, _CORE_FIELDS)
+        answer = await packed.respond(
+            accepted, PUB, "accept", later, billing_payload(ACCEPTED), accepted_micros=ACCEPTED
+        )
+        assert isinstance(answer, Answered)
+        out.append(await _last_record(redis_client, camp))
+        assert (await packed.offer(accepted) or {}).get("deal_id") == answer.deal_id
+
+        rejected = await _reserve(hot, camp, now, _CORE_FIELDS)
+        assert isinstance(
+            await packed.respond(rejected, PUB, "reject", later, {"rejection_reason": "full"}),
+            Answered,
+        )
+        out.append(await _last_record(redis_client, camp))
+
+        await _reserve(hot, camp, now, _CORE_FIELDS, ttl_s=0.5)
+        assert await packed.expire_due(later) == {"core": 1}
+        out.append(await _last_record(redis_client, camp))
+
+        lost = await _reserve(hot, camp, now, _BID_FIELDS)
+        assert (await packed.loss(lost, later, {"reason": "102"}))[0] == "first"
+        out.append(await _last_record(redis_client, camp))
+        assert (await packed.loss(lost, later, {"reason": "102"}))[0] == "retry"
+
+        billed = await _reserve(hot, camp, now, _BID_FIELDS)
+        tracked = await packed.track(
+            billed, "impression", later, tracking_payload("impression"), billing_payload(PRICE)
+        )
+        assert tracked.status == "billed"
+        entries: Any = await redis_client.xrevrange(queue_key(camp.shard), count=2)
+        assert [e[1][b"t"] for e in entries] == [b"tracking_event", b"impression_billed"]
+        out.append(await _last_record(redis_client, camp))
+
+    kinds = [r["t"] for r in records["packed"]]
+    assert kinds == [
+        "offer_accepted",
+        "offer_rejected",
+        "offer_expired",
+        "loss_notice",
+        "tracking_event",
+    ]
+    for new, old in zip(records["packed"], records["fields"], strict=True):
+        assert _without_ids(new) == _without_ids(old)
+    accept = records["packed"][0]["o"]
+    assert accept["status"] == "accepted"
+    assert accept["accepted_price"] == str(ACCEPTED)
+    assert accept["channel"] == "core"
+
+
+async def test_offers_of_both_forms_are_written_once_and_reconcile_balances(
+    redis_client: Redis, migrated: str
+) -> None:
+    """Offers left by an earlier version (every field on its own) and new packed ones, mixed
+    and answered by the current scripts: every record lands once, the money balances, and
+    reconcile counts the open offers of both forms in `reserved`."""
+    _, camp = await prepare(redis_client, migrated)
+    packed, fields = _both(redis_client)
+    expected = Expected()
+    expected.merge(await make_records(fields, camp, rounds=2))
+    expected.merge(await make_records(packed, camp, rounds=2))
+    assert len(expected.open_offers) == 4
+    pool = await create_pool(migrated, max_size=2)
+    try:
+
+        async def get_pool() -> asyncpg.Pool:
+            return pool
+
+        await drain(RecordWriter(redis_client, get_pool, consumer="t"), redis_client)
+        async with pool.acquire() as conn:
+            await assert_exactly_once(conn, expected)
+            await assert_balanced(redis_client, conn)
+            report = await check_balances(redis_client, conn)
+            assert report.differing == {}
+            assert report.campaigns[camp.id].open_offer_count == 4
+            assert report.campaigns[camp.id].open_offers_in_redis == 4 * PRICE
+    finally:
+        await pool.close()
+
+
+@pytest.mark.parametrize(("form", "fields_kept"), [("packed", 4), ("fields", 12)])
+async def test_offer_hash_names_the_form_a_served_offer_is_written_in(
+    servers: ServerUrls, clean: None, form: str, fields_kept: int
+) -> None:
+    """OFFER_HASH reaches the service: an offer request's hash has the form it names, and an
+    accept of it answers 200 either way."""
+    async with live_app(make_settings(servers, OFFER_HASH=form)) as live:
+        core = await prepare_core(live)
+        offer = await core.offer(SCREEN_MOVING)
+        assert offer.status_code == 200, offer.text
+        offer_id = offer.json()["offer_id"]
+        shard = shard_of(offer_id)
+        assert shard is not None
+        stored = await live.rt.redis.hgetall(offer_key(shard, offer_id))
+        assert len(stored) == fields_kept
+        assert (b"rest" in stored) == (form == "packed")
+        price = offer.json()["bid_price_cents"]
+        answer = await core.respond(offer_id, {"action": "accept", "accepted_price_cents": price})
+        assert answer.status_code == 200, answer.text
+
+
+async def test_an_answered_or_lost_offer_is_kept_for_the_retention(
+    redis_client: Redis, migrated: str
+) -> None:
+    """Tracking and loss notices may come up to the retention after an offer's outcome
+    (HotState.retention_ms): its hash lasts at least that long, renewed or not."""
+    _, camp = await prepare(redis_client, migrated)
+    hot = HotState(redis_client, retention_ms=3_600_000)
+    now = datetime.now(UTC)
+    accepted = await _reserve(hot, camp, now, _CORE_FIELDS)
+    rejected = await _reserve(hot, camp, now, _CORE_FIELDS)
+    lost = await _reserve(hot, camp, now, _BID_FIELDS)
+    later = now + timedelta(seconds=1)
+    await hot.respond(accepted, PUB, "accept", later, billing_payload(PRICE), PRICE)
+    await hot.respond(rejected, PUB, "reject", later, {})
+    assert (await hot.loss(lost, later, {"reason": "102"}))[0] == "first"
+    for offer_id in (accepted, rejected, lost):
+        status = (await hot.offer(offer_id) or {}).get("status")
+        assert status in ("accepted", "rejected", "lost")
+        kept_ms = await redis_client.pttl(offer_key(camp.shard, offer_id))
+        assert kept_ms >= 3_600_000 - 5_000, (status, kept_ms)
