@@ -366,7 +366,7 @@ class RedisSettings(Group):
     1 with replicas to fail over to (cluster, sentinel), else 0 (`wait_replicas`)."""
     timeout_seconds: float = setting("REDIS_TIMEOUT_SECONDS", 0.25, _positive_float)
     """The hot path's socket timeout: past it the Core API answers 503, OpenRTB `nbr` 1."""
-    offer_hash: str = setting("OFFER_HASH", "packed", _offer_hash)
+    offer_hash: str = setting("OFFER_HASH", "fields", _offer_hash)
     """How a new offer's hash is written: `packed` (its fixed fields in one JSON value) or
     `fields` (each on its own, the form every version reads); both are read."""
 

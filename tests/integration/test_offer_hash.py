@@ -1,8 +1,8 @@
 """The two forms of an offer's hash in Redis (store/hot/state.py, `offer_from_hash`): packed,
-as new offers are written by default, and every field on its own, as `OFFER_HASH=fields` and
-every version before the packed form write it. Each is answered, expired, lost and tracked by
-the same scripts and carries the same record to Postgres, so a worker finds and answers the
-offers an earlier version left open, and reconcile counts both."""
+as `OFFER_HASH=packed` writes new offers, and every field on its own, as the default
+`OFFER_HASH=fields` and every version before the packed form write it. Each is answered,
+expired, lost and tracked by the same scripts and carries the same record to Postgres, so a
+worker finds and answers the offers an earlier version left open, and reconcile counts both."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ def test_defaults() -> None:
     assert settings.server.tracking_path == "/functions/v1/track"
     assert settings.offers.default_commission_rate == Decimal("0.15")
     assert settings.records.writer is True
-    assert settings.redis.offer_hash == "packed"
+    assert settings.redis.offer_hash == "fields"  # what earlier releases read
 
 
 def test_offer_hash_takes_either_form() -> None:
