@@ -201,9 +201,14 @@ class Targets:
 
 
 async def report_clients(
-    pool: asyncpg.Pool, targets: Targets, stop: Callable[[], bool], kinds: tuple[str, ...]
+    pool: asyncpg.Pool,
+    targets: Targets,
+    stop: Callable[[], bool],
+    kinds: tuple[str, ...],
+    pause: float = 0.0,
 ) -> list[Timings]:
-    """CONCURRENCY clients, each running reports of `kinds` in turn until `stop()`."""
+    """CONCURRENCY clients, each running reports of `kinds` in turn until `stop()`, `pause`
+    seconds apart (0: each starts the next as soon as one is answered)."""
     rng = random.Random(7)
     timings = {kind: Timings(kind) for kind in kinds}
 
@@ -221,6 +226,8 @@ async def report_clients(
                     what = DeliveryFilter(campaign_ids=(rng.choice(targets.campaigns),))
                     await delivery_report(conn, ["day"], targets.month, what, datetime.now(UTC))
             timings[kind].seconds.append(time.monotonic() - began)
+            if pause:
+                await asyncio.sleep(pause)
 
     await asyncio.gather(*(client(n) for n in range(CONCURRENCY)))
     return list(timings.values())
@@ -258,7 +265,7 @@ def _paced(
 
 async def hot_routes(
     pool: asyncpg.Pool, targets: Targets, files: dict[str, Path], base: str, seconds: float,
-    logs: Path,
+    logs: Path, pause: float,
 ) -> tuple[dict[str, WrkResult], list[Timings]]:  # fmt: skip
     """Each hot route's peak, then paced at half of it without and with the reports running
     (the reports' timings are those taken during the paced runs with them)."""
@@ -275,7 +282,7 @@ async def hot_routes(
         )
         finished = asyncio.Event()
         clients = asyncio.create_task(
-            report_clients(pool, targets, finished.is_set, (_EARNINGS, _DELIVERY))
+            report_clients(pool, targets, finished.is_set, (_EARNINGS, _DELIVERY), pause)
         )
         try:
             results[f"{route} half peak + reports"] = await asyncio.to_thread(
@@ -355,7 +362,9 @@ async def main(args: argparse.Namespace, folder: Path) -> Outcome:
             hot: dict[str, WrkResult] = {}
             loaded: list[Timings] = []
             if not args.no_hot:
-                hot, loaded = await _with_worker(pool, targets, seeded, folder, args.seconds)
+                hot, loaded = await _with_worker(
+                    pool, targets, seeded, folder, args.seconds, args.report_pause
+                )
                 for timings in loaded:
                     print(timings.line(), flush=True)
         finally:
@@ -366,7 +375,12 @@ async def main(args: argparse.Namespace, folder: Path) -> Outcome:
 
 
 async def _with_worker(
-    pool: asyncpg.Pool, targets: Targets, seeded: server.Seeded, folder: Path, seconds: float
+    pool: asyncpg.Pool,
+    targets: Targets,
+    seeded: server.Seeded,
+    folder: Path,
+    seconds: float,
+    pause: float,
 ) -> tuple[dict[str, WrkResult], list[Timings]]:
     doc = seed.full_document()
     data = folder / "data"
@@ -385,7 +399,9 @@ async def _with_worker(
     )
     worker.start()
     try:
-        return await hot_routes(pool, targets, files, worker.base_url, seconds, folder / "logs")
+        return await hot_routes(
+            pool, targets, files, worker.base_url, seconds, folder / "logs", pause
+        )
     finally:
         worker.stop()
 
@@ -402,7 +418,12 @@ def _hot_table(hot: dict[str, WrkResult]) -> list[str]:
 
 
 def report(
-    commit: str, command: str, out: Outcome, seconds: float, postgres_cpu: int | None
+    commit: str,
+    command: str,
+    out: Outcome,
+    seconds: float,
+    postgres_cpu: int | None,
+    pause: float,
 ) -> str:
     seeding = (
         "reused from an earlier run of the same command (`--keep`)"
@@ -432,7 +453,13 @@ def report(
         f"- reports: earnings (a random publisher) and delivery (a random one of those "
         f"campaigns), 30 days by day in {_ZONE}, {CONCURRENCY} clients at a time, called in "
         "process (bidder.reports over an asyncpg pool, no HTTP); alone for "
-        f"{seconds:g} s per kind, then alternating kinds during the paced runs with reports",
+        f"{seconds:g} s per kind, each client starting the next report as soon as one is "
+        "answered; then alternating kinds during the paced runs with reports, "
+        + (
+            f"each client waiting {pause:g} s between reports"
+            if pause
+            else "each client starting the next at once"
+        ),
         "- hot routes: one granian worker on CPU 0 (`RECORD_WRITER=0`) and a `bidder writer` "
         "on CPU 1 writing into the same Postgres (so its triggers keep the rollups meanwhile), "
         f"wrk on CPU 1; peak 5 s, then {throughput.PACED_CONNECTIONS} connections paced at "
@@ -482,6 +509,12 @@ def cli() -> None:
     parser.add_argument("--keep", type=Path, help="servers and seeded data here, reused")
     parser.add_argument("--no-hot", action="store_true", help="reports alone only")
     parser.add_argument(
+        "--report-pause",
+        type=float,
+        default=0.0,
+        help="seconds each report client waits between reports beside the hot routes",
+    )
+    parser.add_argument(
         "--postgres-cpu", type=int, help="pin Postgres and the reports to this CPU when measuring"
     )
     parser.add_argument("--results", type=Path, default=Path("bench/results"))
@@ -498,11 +531,14 @@ def cli() -> None:
     command = (
         f".venv/bin/python -m bench.reports_bench --deals {args.deals} --seconds {args.seconds:g}"
         + (" --no-hot" if args.no_hot else "")
+        + (f" --report-pause {args.report_pause:g}" if args.report_pause else "")
         + (f" --postgres-cpu {args.postgres_cpu}" if args.postgres_cpu is not None else "")
     )
     args.results.mkdir(parents=True, exist_ok=True)
     path = args.results / f"{stem}.md"
-    path.write_text(report(commit, command, out, args.seconds, args.postgres_cpu))
+    path.write_text(
+        report(commit, command, out, args.seconds, args.postgres_cpu, args.report_pause)
+    )
     print(f"report: {path}")
 
 
