@@ -102,10 +102,11 @@ def _add(total: dict[str, Any], row: dict[str, Any], names: Iterable[str]) -> No
 
 
 async def earnings_report(
-    conn: Conn, publisher_id: str, group_by: Sequence[str], rng: ReportRange
+    conn: Conn, publisher_id: str, group_by: Sequence[str], rng: ReportRange, *, raw: bool = False
 ) -> Report:
-    """A publisher's billed plays, audience, gross, commission and net in `rng`."""
-    records = await earnings_rows(conn, publisher_id, group_by, rng.period)
+    """A publisher's billed plays, audience, gross, commission and net in `rng` (from the
+    rollups where they answer it; `raw`: from the records, the same answer)."""
+    records = await earnings_rows(conn, publisher_id, group_by, rng.period, raw=raw)
     zone = ZoneInfo(rng.tz)
     keys = _key_columns(group_by)
     rows: list[dict[str, Any]] = []
@@ -156,7 +157,7 @@ def _empty_delivery() -> dict[str, Any]:
 def _fold_part(
     rows: dict[tuple[Any, ...], dict[str, Any]],
     part: str,
-    records: list[asyncpg.Record],
+    records: list[Any],
     keys: list[str],
 ) -> None:
     for record in records:
@@ -188,10 +189,13 @@ async def delivery_report(
     rng: ReportRange,
     what: DeliveryFilter,
     now: datetime,
+    *,
+    raw: bool = False,
 ) -> Report:
     """Offers made and their outcomes, impressions, plays, audience, spend and eCPM in `rng`,
-    and each campaign's budget remaining and pacing (`campaigns`)."""
-    parts = await delivery_rows(conn, group_by, rng.period, what)
+    and each campaign's budget remaining and pacing (`campaigns`); from the rollups where they
+    answer it (`raw`: from the records, the same answer)."""
+    parts = await delivery_rows(conn, group_by, rng.period, what, raw=raw)
     keys = _key_columns(group_by)
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for part, records in parts.items():
@@ -210,7 +214,8 @@ async def delivery_report(
     campaign_ids = what.campaign_ids or tuple(
         sorted({row["campaign_id"] for row in rows if "campaign_id" in row})
     )
-    pacing = [_pacing(record, now) for record in await campaign_spend(conn, campaign_ids, now)]
+    spend = await campaign_spend(conn, campaign_ids, now, raw=raw)
+    pacing = [_pacing(record, now) for record in spend]
     columns = [*keys, *DELIVERY_COUNTS, "rejected_by_reason", "audience", "spend_cents"]
     return Report(
         "delivery",

@@ -32,6 +32,7 @@ from store.local_servers import PostgresServer, RedisServer, free_port
 from store.pipelined import PipelinedRedis
 from store.postgres import create_pool, migrate
 from store.records import RecordWriter, ensure_groups, queue_stats
+from store.reports import ROLLUP_TABLES
 from tests.support.factories import CREATIVE_VIDEO, PUB, SCREEN_MOVING
 from tests.support.records import (
     PRICE,
@@ -53,7 +54,8 @@ pytestmark = pytest.mark.fault
 _CORE = {"channel": "core", "publisher": PUB, "creative": CREATIVE_VIDEO}
 _TABLES = (
     "tracking_events, loss_notices, playouts, rejections, billing_records, deals, offers, "
-    "creatives, campaigns, screens, billing_codes, advertisers, api_keys, publishers"
+    "creatives, campaigns, screens, billing_codes, advertisers, api_keys, publishers, "
+    + ", ".join(ROLLUP_TABLES)
 )
 
 

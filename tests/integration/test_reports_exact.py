@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from bidder.reports import delivery_report, earnings_report
 from bidder.reports.params import ReportRange
 from store.history import Play, write_history
-from store.reports import DeliveryFilter
+from store.reports import ROLLUP_TABLES, DeliveryFilter
 from tests.support.factories import (
     ADV,
     CAMPAIGN,
@@ -35,7 +35,10 @@ from tests.support.factories import (
     seed,
 )
 
-_RECORDS = "tracking_events, loss_notices, playouts, rejections, billing_records, deals, offers"
+_RECORDS = (
+    "tracking_events, loss_notices, playouts, rejections, billing_records, deals, offers, "
+    + ", ".join(ROLLUP_TABLES)
+)
 _SCREENS = {SCREEN_MOVING: PUB, SCREEN_STATIC: PUB, SCREEN_OTHER_PUB: PUB_OTHER}
 _RATES = {PUB: Decimal("0.15"), PUB_OTHER: Decimal("0.15")}
 _AUDIENCE = Decimal(10)  # every basic screen's audience per play

@@ -23,6 +23,7 @@ from store.hot.topology import RedisMode
 from store.local_cluster import LocalRedisCluster
 from store.local_servers import LocalServers
 from store.postgres import migrate
+from store.reports import ROLLUP_TABLES
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
 SIGNING_SECRETS = "test-signing-secret-newest-0123,test-signing-secret-older-0123"
@@ -106,7 +107,7 @@ async def migrate_database(database_url: str) -> None:
 RECORD_AND_INVENTORY_TABLES = (
     "tracking_events, loss_notices, playouts, rejections, billing_records, deals, offers, "
     "creatives, campaigns, screens, billing_codes, advertisers, api_keys, publishers, "
-    "exchange_rates"
+    "exchange_rates, " + ", ".join(ROLLUP_TABLES)
 )
 
 
