@@ -17,6 +17,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, Self, TypeVar, get_type_hints
 from urllib.parse import urlsplit
 
+from store.hot.slices import SLICE_COUNTS
 from store.hot.topology import REDIS_MODES, RedisMode, TopologyError
 from store.hot.topology import parse as parse_topology
 
@@ -178,6 +179,16 @@ def _redis_mode(name: str, raw: str) -> RedisMode:
         if value == mode:
             return mode
     raise ValueError(f"{name} must be one of {', '.join(REDIS_MODES)}, got {raw!r}")
+
+
+def _budget_slices(name: str, raw: str) -> int:
+    raw = raw.strip()
+    if not raw:
+        return _UNSET  # type: ignore[no-any-return]
+    if not raw.isdigit() or int(raw) not in SLICE_COUNTS:
+        counts = ", ".join(str(k) for k in SLICE_COUNTS)
+        raise ValueError(f"{name} must be one of {counts}, got {raw!r}")
+    return int(raw)
 
 
 def _whole_number(name: str, raw: str) -> int:
@@ -356,6 +367,16 @@ class RedisSettings(Group):
     1 with replicas to fail over to (cluster, sentinel), else 0 (`wait_replicas`)."""
     timeout_seconds: float = setting("REDIS_TIMEOUT_SECONDS", 0.25, _positive_float)
     """The hot path's socket timeout: past it the Core API answers 503, OpenRTB `nbr` 1."""
+    slices: int | None = setting("BUDGET_SLICES", None, _budget_slices)
+    """How many shards each campaign's budget is split over (1, 2, 4, 8 or 16); unset: 16
+    with `cluster`, else 1 (`budget_slices`)."""
+
+    @property
+    def budget_slices(self) -> int:
+        """BUDGET_SLICES, or its default for the mode: one node gains nothing from slices."""
+        if self.slices is not None:
+            return self.slices
+        return SLICE_COUNTS[-1] if self.mode == "cluster" else 1
 
     @property
     def wait_replicas(self) -> int:

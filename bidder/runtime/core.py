@@ -51,7 +51,7 @@ class Runtime:
             settings.redis.mode,
             settings.redis.wait_replicas,
         )
-        self.hot = HotState(self.redis, fast=self.fast)
+        self.hot = HotState(self.redis, fast=self.fast, slices=settings.redis.budget_slices)
         self.metrics = Metrics()
         stopping = asyncio.Event()
         self.postgres = PostgresHandle(settings.postgres.url, stopping)

@@ -8,14 +8,25 @@
 --       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms, 9 offer id,
 --       10 deadline (epoch ms, 0: none; see too_late), 11.. offer field/value pairs (the offer
 --       hash, `status` added)
--- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}.
+-- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}. On a budget
+-- slice other than the home, total is 0 and a slice without enough allowance answers
+-- 'slice_budget', one never granted any 'unknown_campaign' (either way the caller asks the
+-- home for a grant, grant.lua); the daily limit is then the slice's share of it.
 if too_late(ARGV[10]) then return {0, 'late', 0, 0, 0} end
 local cid, price = ARGV[1], tonumber(ARGV[2])
 local daily_limit, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
-local b = redis.call('HMGET', KEYS[1], cid .. ':t', cid .. ':r', cid .. ':s')
-if b[1] == false then return {0, 'unknown_campaign', 0, 0, 0} end
+local b = redis.call('HMGET', KEYS[1], cid .. ':t', cid .. ':r', cid .. ':s', cid .. ':g',
+                     cid .. ':a')
 local total, reserved, spent = num(b[1]), num(b[2]), num(b[3])
-if total - reserved - spent < price then return {0, 'budget', total, reserved, spent} end
+if b[1] ~= false then
+  if total - num(b[4]) - reserved - spent < price then
+    return {0, 'budget', total, reserved, spent}
+  end
+elseif b[5] == false then
+  return {0, 'unknown_campaign', 0, 0, 0}
+elseif num(b[5]) - reserved - spent < price then
+  return {0, 'slice_budget', 0, reserved, spent}
+end
 if daily_limit >= 0 then
   local d = redis.call('HMGET', KEYS[2], cid .. ':r', cid .. ':s')
   if daily_limit - num(d[1]) - num(d[2]) < price then
