@@ -455,6 +455,7 @@ async def _repair(
                 done = False
                 continue
             part.reserved, part.spent = part.open_offers_in_redis, part.billed
+        waiting = False
         if check.sliced and check.granted != check.allowances:
             if _quiet(check, report.clocks, quiet_ms):
                 # Back to what the slices hold: a stranded grant returns to the home.
@@ -466,12 +467,13 @@ async def _repair(
                     done = False
             else:
                 report.waiting.append(cid)
-        if done:
+                waiting = True
+        if done and not waiting:
             report.repaired.append(cid)
             check.total = total
             check.reserved = sum(part.reserved for part in check.slices.values())
             check.spent = sum(part.spent for part in check.slices.values())
-        else:
+        elif not done:
             report.moved.append(cid)
 
 

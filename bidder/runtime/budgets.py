@@ -112,10 +112,7 @@ class Budgets:
         when it starts and ends, not raised."""
         try:
             mark = self.mark()
-            if hot.slices == 1:  # each campaign's whole budget is on its home
-                fresh = await hot.read_budgets(utcnow(), (shard,))
-            else:
-                fresh = (await hot.read_budget_parts(utcnow(), (shard,)))[shard]
+            fresh = await hot.read_budgets(utcnow(), (shard,))  # the parts on `shard`
             for gone in self._seen[shard].difference(fresh):
                 self._parts.get(gone, {}).pop(shard, None)
                 self._sum(gone)

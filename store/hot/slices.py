@@ -12,7 +12,7 @@ stays exact. The home keeps the campaign's total `t` and what it granted the oth
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from matching.engine import Budget
 from matching.snapshot import SHARDS
@@ -53,8 +53,13 @@ def sum_parts(home: int, parts: Mapping[int, Budget]) -> Budget | None:
         return None
     if len(parts) == 1:
         return parts[home]
+    return add_parts(parts.values())
+
+
+def add_parts(parts: Iterable[Budget]) -> Budget:
+    """The sum of budget parts, field by field."""
     total = reserved = spent = daily_reserved = daily_spent = 0
-    for part in parts.values():
+    for part in parts:
         total += part.total
         reserved += part.reserved
         spent += part.spent

@@ -41,6 +41,7 @@ from store.hot.keys import (
 from store.hot.slices import (
     MOVE_WINDOW_MS,
     SLICE_COUNTS,
+    add_parts,
     slice_index,
     slice_shards,
     sum_parts,
@@ -79,6 +80,9 @@ class Reserved(msgspec.Struct, frozen=True):
     budget: Budget
     #: The shard of the budget slice the offer reserved on (its id's): `budget` is its part.
     shard: int = -1
+    #: The home's part, when the reservation needed a grant from it (budget slices): a budget
+    #: view that has not read the home yet learns the campaign's total from it.
+    home_budget: Budget | None = None
 
 
 class Refused(msgspec.Struct, frozen=True):
@@ -87,6 +91,8 @@ class Refused(msgspec.Struct, frozen=True):
     #: The shard of the budget slice that refused (the campaign's home without slices): the
     #: part of the campaign's budget `budget` is.
     shard: int = -1
+    #: What the slice had free, for a refusal for want of budget ('budget', 'slice_budget').
+    free: int = 0
 
 
 class Answered(msgspec.Struct, frozen=True):
@@ -246,11 +252,14 @@ class HotState:
         short = ("budget",) if shard == home else ("slice_budget", "unknown_campaign")
         if result.reason not in short:
             return result
-        funded = await self._fund(campaign.id, home, shard, price_micros)
+        short_by = price_micros - max(result.free, 0)
+        funded, home_seen = await self._fund(campaign.id, home, shard, short_by, price_micros)
         if funded:
             result = await self._reserve_on(
                 shard, daily, campaign, price_micros, screen_id, now, expires_at, fields
             )
+            if isinstance(result, Reserved) and home_seen is not None and shard != home:
+                result = msgspec.structs.replace(result, home_budget=home_seen)
         if isinstance(result, Refused) and result.reason in ("slice_budget", "unknown_campaign"):
             # Every slice together has less free than the price, or the home does not know
             # the campaign (then neither does any slice).
@@ -322,35 +331,41 @@ class HotState:
             if reason == "unknown_campaign"
             else Budget(int(result[2]), int(result[3]), int(result[4]))
         )
-        return Refused(reason, budget, shard)
+        return Refused(reason, budget, shard, int(result[5]) if len(result) > 5 else 0)
 
-    async def _fund(self, campaign_id: str, home: int, shard: int, need: int) -> bool | None:
-        """Give the slice on `shard` at least `need` more free budget: a grant from the home,
-        after taking unused allowance back from the other slices when the home is short (for
-        the home's own slice, only that). False when the slices together lack it; None when
-        the home does not know the campaign."""
+    async def _fund(
+        self, campaign_id: str, home: int, shard: int, need: int, price: int
+    ) -> tuple[bool | None, Budget | None]:
+        """Give the slice on `shard` at least `need` more free budget (what its reservation
+        lacks): a grant from the home, after taking unused allowance back from the other
+        slices when the home is short (for the home's own slice, only that). False when the
+        slices together lack it; None when the home does not know the campaign. Also the
+        home's budget part, when a grant was asked for."""
         if shard != home:
-            granted = await self._grant_to(campaign_id, home, shard, need)
+            granted, seen = await self._grant_to(campaign_id, home, shard, need, price)
             if granted != 0:
-                return None if granted < 0 else True
+                return (None if granted < 0 else True), seen
         back = await self.reclaim(campaign_id, home, need, exclude=shard)
         if shard == home:
-            return back > 0  # the reservation tries again on the home
-        granted = await self._grant_to(campaign_id, home, shard, need)
-        return None if granted < 0 else granted > 0
+            return back > 0, None  # the reservation tries again on the home
+        granted, seen = await self._grant_to(campaign_id, home, shard, need, price)
+        return (None if granted < 0 else granted > 0), seen
 
-    async def _grant_to(self, campaign_id: str, home: int, shard: int, need: int) -> int:
+    async def _grant_to(
+        self, campaign_id: str, home: int, shard: int, need: int, price: int
+    ) -> tuple[int, Budget | None]:
         """Grant a chunk of the home's free budget to the slice on `shard` (money leaves the
-        home first, then the slice is credited): the amount, 0 when the home has less free
-        than `need`, -1 when it does not know the campaign."""
+        home first, then the slice is credited): the amount (0 when the home has less free
+        than `need`, -1 when it does not know the campaign) and the home's budget part."""
         await self._connected(home)
-        granted, deadline = await self._grant(
-            [budget_key(home)], [campaign_id, need, self.slices, MOVE_WINDOW_MS]
+        granted, deadline, total, reserved, spent = await self._grant(
+            [budget_key(home)], [campaign_id, need, self.slices, MOVE_WINDOW_MS, price]
         )
         if int(granted) > 0:
             await self._connected(shard)
             await self._credit([budget_key(shard)], [campaign_id, int(granted), deadline, "a"])
-        return int(granted)
+        seen = None if int(granted) < 0 else Budget(int(total), int(reserved), int(spent))
+        return int(granted), seen
 
     async def _allowances(self, campaign_id: str, home: int) -> dict[int, tuple[int, int]]:
         """(allowance, free) of the campaign on every shard but its home that holds one."""
@@ -649,15 +664,20 @@ class HotState:
         self, now: datetime, shards: Iterable[int] = range(SHARDS)
     ) -> dict[str, Budget]:
         """The live budget (total, reserved, spent, and today's reserved/spent) of every
-        campaign whose home is one of `shards` (default: all), summed over its budget slices
-        among `shards`."""
+        campaign of `shards` (default: all), summed over its budget slices among `shards`: a
+        campaign whose home is among them counts when its total is set there; one whose home
+        is not (a read of its other slices only) counts with what its slices there hold and a
+        total of 0. Read shard by shard, each shard's figures are the parts the budget view
+        sums (BUDGET_SLICES)."""
+        shards = list(shards)
         by_campaign: dict[str, dict[int, Budget]] = {}
         for shard, found in (await self.read_budget_parts(now, shards)).items():
             for campaign_id, part in found.items():
                 by_campaign.setdefault(campaign_id, {})[shard] = part
         budgets = {}
         for campaign_id, slices in by_campaign.items():
-            budget = sum_parts(campaign_shard(campaign_id), slices)
+            home = campaign_shard(campaign_id)
+            budget = sum_parts(home, slices) if home in shards else add_parts(slices.values())
             if budget is not None:
                 budgets[campaign_id] = budget
         return budgets

@@ -8,7 +8,8 @@
 --       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms, 9 offer id,
 --       10 deadline (epoch ms, 0: none; see too_late), 11.. offer field/value pairs (the offer
 --       hash, `status` added)
--- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}. On a budget
+-- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}, the refusals
+-- 'budget' and 'slice_budget' followed by the slice's free budget. On a budget
 -- slice other than the home, total is 0 and a slice without enough allowance answers
 -- 'slice_budget', one never granted any 'unknown_campaign' (either way the caller asks the
 -- home for a grant, grant.lua); the daily limit is then the slice's share of it.
@@ -19,13 +20,12 @@ local b = redis.call('HMGET', KEYS[1], cid .. ':t', cid .. ':r', cid .. ':s', ci
                      cid .. ':a')
 local total, reserved, spent = num(b[1]), num(b[2]), num(b[3])
 if b[1] ~= false then
-  if total - num(b[4]) - reserved - spent < price then
-    return {0, 'budget', total, reserved, spent}
-  end
+  local free = total - num(b[4]) - reserved - spent
+  if free < price then return {0, 'budget', total, reserved, spent, free} end
 elseif b[5] == false then
   return {0, 'unknown_campaign', 0, 0, 0}
 elseif num(b[5]) - reserved - spent < price then
-  return {0, 'slice_budget', 0, reserved, spent}
+  return {0, 'slice_budget', 0, reserved, spent, num(b[5]) - reserved - spent}
 end
 if daily_limit >= 0 then
   local d = redis.call('HMGET', KEYS[2], cid .. ':r', cid .. ':s')
