@@ -133,23 +133,32 @@ def _assert_never_over(state: Slices, home: int) -> None:
 
 
 async def _drain_budget(hot: HotState, camp: CampaignInfo, price: int) -> int:
-    """Reserve and accept at `price` from every screen until every screen is refused; how many
-    plays that bought."""
+    """Reserve and accept at `price` from every screen at once until every screen is refused,
+    then one screen after another (near the end, requests at once can each find the last cents
+    in another slice, and are refused; the next request gathers them), until every screen is
+    refused one by one: how many plays that bought."""
     bought = 0
+
+    async def buy(screen_id: str) -> bool:
+        made = await _reserve(hot, camp, price, screen_id)
+        if isinstance(made, Refused):
+            assert made.reason == "budget", made
+            return False
+        answered = await hot.respond(
+            made.offer_id, PUB, "accept", datetime.now(UTC), billing_payload(price), price
+        )
+        assert isinstance(answered, Answered), answered
+        return True
+
     while True:
-        results = await asyncio.gather(*[_reserve(hot, camp, price, s) for s in SCREENS])
-        made = [r for r in results if isinstance(r, Reserved)]
-        for r in results:
-            if isinstance(r, Refused):
-                assert r.reason == "budget", r
-        if not made:
+        while made := sum(await asyncio.gather(*[buy(s) for s in SCREENS])):
+            bought += made
+        one_by_one = 0
+        for screen_id in SCREENS:
+            one_by_one += await buy(screen_id)
+        if not one_by_one:
             return bought
-        for r in made:
-            answered = await hot.respond(
-                r.offer_id, PUB, "accept", datetime.now(UTC), billing_payload(price), price
-            )
-            assert isinstance(answered, Answered), answered
-            bought += 1
+        bought += one_by_one
 
 
 @pytest.mark.parametrize("slices", [4, 16])
