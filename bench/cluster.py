@@ -74,6 +74,11 @@ def _campaign(template: CampaignInfo | None, number: int) -> CampaignInfo:
         cpm_micros=None,
         max_price_micros=None,
         ranked_creatives={},
+        places=None,
+        categories=(),
+        cattax=1,
+        category_keys=frozenset(),
+        domain_keys=frozenset(),
     )
     return CampaignInfo(**base) if template is None else replace(template, **base)  # type: ignore[arg-type]
 

@@ -4,7 +4,7 @@ updated at once by each hot script's answer."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from bidder.runtime.clock import utcnow
 from matching.engine import Budget
@@ -18,6 +18,11 @@ log = logging.getLogger("bidder.runtime")
 
 #: How old a campaign's figures in the view get at most: every shard is read once per period.
 _REFRESH_SECONDS = 1.0
+#: With budget slices every shard holds a part of every campaign: each refresh reads the parts
+#: of the campaigns whose home the shard is, and one refresh in this many the whole shard (the
+#: other slices' parts, about 16 times as many fields), so the other slices' figures are up to
+#: this many periods old.
+_WHOLE_READ_EVERY = 8
 
 
 class Budgets:
@@ -37,6 +42,13 @@ class Budgets:
         self._notes = 0
         self._noted: dict[tuple[str, int], int] = {}
         self._seen: list[set[str]] = [set() for _ in range(SHARDS)]  # campaign ids per shard
+        # With budget slices: the campaigns whose home each shard is, and the refreshes of each
+        # shard so far (one in _WHOLE_READ_EVERY reads the whole shard).
+        self._homes: list[set[str]] = [set() for _ in range(SHARDS)]
+        self._visits = [0] * SHARDS
+        #: The inventory's campaigns whose home is a shard (the runtime sets it): a campaign
+        #: just added is read with its home at once, not at the shard's next whole read.
+        self.home_ids: Callable[[int], Collection[str]] | None = None
         self._redis_failing = False  # the log said Redis is unreachable, and not yet back
 
     def mark(self) -> int:
@@ -112,12 +124,24 @@ class Budgets:
         when it starts and ends, not raised."""
         try:
             mark = self.mark()
-            fresh = await hot.read_budgets(utcnow(), (shard,))  # the parts on `shard`
-            for gone in self._seen[shard].difference(fresh):
+            visit = self._visits[shard]
+            self._visits[shard] = visit + 1
+            if hot.slices > 1 and visit and (visit + shard) % _WHOLE_READ_EVERY:
+                # Between whole reads, only the parts of the campaigns whose home this is.
+                seen = self._homes[shard]
+                ask = seen.union(self.home_ids(shard)) if self.home_ids else seen
+                fresh = await hot.read_home_parts(utcnow(), shard, ask)
+                self._homes[shard] = set(fresh)
+                self._seen[shard] -= seen.difference(fresh)
+            else:
+                seen = self._seen[shard]
+                fresh = await hot.read_budgets(utcnow(), (shard,))  # the parts on `shard`
+                self._homes[shard] = {c for c in fresh if campaign_shard(c) == shard}
+                self._seen[shard] = set(fresh)
+            for gone in seen.difference(fresh):
                 self._parts.get(gone, {}).pop(shard, None)
                 self._sum(gone)
             self.fold(fresh, mark, shard)
-            self._seen[shard] = set(fresh)
             self._note_redis_failure(None)
         except REDIS_DOWN as exc:
             self._note_redis_failure(exc)

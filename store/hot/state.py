@@ -713,6 +713,34 @@ class HotState:
             }
         return out
 
+    async def read_home_parts(
+        self, now: datetime, shard: int, campaign_ids: Iterable[str]
+    ) -> dict[str, Budget]:
+        """The home parts on `shard` of the campaigns named (those whose home it is), read by
+        name: with budget slices each shard's hash holds a part of every campaign, and reading
+        only the home parts between whole reads keeps the budget refresh's cost that of one
+        slice."""
+        ids = list(campaign_ids)
+        if not ids:
+            return {}
+        today = day_of(now)
+        names = [f"{cid}:{part}" for cid in ids for part in ("t", "r", "s")]
+        daily = [f"{cid}:{part}" for cid in ids for part in ("r", "s")]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(budget_key(shard), names)
+            pipe.hmget(day_key(shard, today), daily)
+            counters, days = await pipe.execute()
+        found = {}
+        for number, cid in enumerate(ids):
+            total, reserved, spent = counters[3 * number : 3 * number + 3]
+            if total is None:
+                continue
+            dr, ds = days[2 * number : 2 * number + 2]
+            found[cid] = Budget(
+                int(total), int(reserved or 0), int(spent or 0), int(dr or 0), int(ds or 0)
+            )
+        return found
+
     async def read_campaign_parts(self, campaign_id: str, now: datetime) -> dict[int, Budget]:
         """One campaign's budget slices, read on every shard (whatever BUDGET_SLICES is):
         shard -> part, as `read_budget_parts` gives them."""
