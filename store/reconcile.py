@@ -493,11 +493,26 @@ def summarize(report: Report) -> dict[str, Any]:
             "open_in_postgres_cents": micros_to_cents(check.open_in_postgres),
             "differences": check.differences(),
         }
+        if check.sliced:  # budget slices: what the home granted and each slice's figures
+            campaigns[cid]["granted_cents"] = micros_to_cents(check.granted)
+            campaigns[cid]["slices"] = {
+                f"b{shard}": {
+                    "allowance_cents": None
+                    if part.allowance is None
+                    else micros_to_cents(part.allowance),
+                    "reserved_cents": micros_to_cents(part.reserved),
+                    "spent_cents": micros_to_cents(part.spent),
+                    "open_offers_cents": micros_to_cents(part.open_offers_in_redis),
+                    "billed_cents": micros_to_cents(part.billed),
+                }
+                for shard, part in sorted(check.slices.items())
+            }
     return {
         "campaigns": dict(campaigns),
         "differing": len(report.differing),
         "repaired": report.repaired,
         "moved": report.moved,
+        "waiting": report.waiting,
         "dead_letters": report.dead_letters,
         "unreadable_billing_entries": report.unreadable,
     }

@@ -33,7 +33,7 @@ from store.hot import (
     sum_parts,
 )
 from store.postgres import create_pool
-from store.reconcile import reconcile
+from store.reconcile import reconcile, summarize
 from store.records import RecordWriter
 from tests.support.factories import (
     CAMPAIGN,
@@ -439,6 +439,11 @@ async def test_reconcile_agrees_after_mixed_traffic_on_slices_and_repairs_one(
         assert report.differing == {}
         check = report.campaigns[CAMPAIGN]
         assert len(check.slices) > 1
+        shown = summarize(report)["campaigns"][CAMPAIGN]
+        assert sum(p["spent_cents"] for p in shown["slices"].values()) == shown["spent_cents"]
+        assert shown["granted_cents"] == sum(
+            p["allowance_cents"] or 0 for p in shown["slices"].values()
+        )
         assert check.spent > 0
         assert check.reserved > 0
         # One slice's spent drifts: reconcile names the slice and repairs it.
