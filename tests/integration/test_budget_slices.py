@@ -32,6 +32,8 @@ from store.hot import (
     slice_shards,
     sum_parts,
 )
+from store.pipelined import HotConnection
+from store.pipelined_cluster import open_pipelined
 from store.postgres import create_pool
 from store.reconcile import reconcile, summarize
 from store.records import RecordWriter
@@ -46,6 +48,7 @@ from tests.support.factories import (
     uid,
 )
 from tests.support.records import billing_payload, drain, tracking_payload
+from tests.support.servers import ServerUrls, redis_mode
 
 SCREENS = [uid(100 + n, 3) for n in range(40)]
 
@@ -62,11 +65,15 @@ def _document(budget_cents: str, **campaign_fields: Any) -> Any:
 
 
 async def _hot(
-    client: Redis, slices: int, budget_cents: str, **campaign_fields: Any
+    client: Redis,
+    slices: int,
+    budget_cents: str,
+    fast: HotConnection | None = None,
+    **campaign_fields: Any,
 ) -> tuple[HotState, CampaignInfo, Any]:
     doc = _document(budget_cents, **campaign_fields)
     snap = build_snapshot(doc)
-    hot = HotState(client, slices=slices)
+    hot = HotState(client, fast=fast, slices=slices)
     await hot.sync_inventory(
         {c.id: (c.shard, c.budget_micros) for c in snap.campaigns.values()}, snap.billing_codes
     )
@@ -212,12 +219,22 @@ async def test_concurrent_reservations_on_many_screens_never_overspend_and_spend
     assert total - state.spent < 2_000_000, state
 
 
+@pytest.fixture
+async def fast(servers: ServerUrls) -> AsyncIterator[HotConnection]:
+    """The hot path's pipelined connection (the scripts, the grants and the take-backs' reads
+    run on it in the service)."""
+    connection = open_pipelined(servers.redis_url, 2.0, redis_mode(servers))
+    yield connection
+    await connection.aclose()
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
 async def test_the_last_cents_spread_over_idle_slices_are_still_spent(
-    redis_client: Redis,
+    redis_client: Redis, fast: HotConnection, pipelined: bool
 ) -> None:
     # 10 cents: each of 16 slices gets a grant for the price of one play, then the budget's
     # remainder sits in slices no screen asks for any more; one screen then buys the rest.
-    hot, camp, _ = await _hot(redis_client, 16, "10")
+    hot, camp, _ = await _hot(redis_client, 16, "10", fast if pipelined else None)
     bought = 0
     for screen_id in SCREENS:
         made = await _reserve(hot, camp, 300_000, screen_id)
