@@ -132,7 +132,7 @@ class Budgets:
                 ask = seen.union(self.home_ids(shard)) if self.home_ids else seen
                 fresh = await hot.read_home_parts(utcnow(), shard, ask)
                 self._homes[shard] = set(fresh)
-                self._seen[shard] -= seen.difference(fresh)
+                self._seen[shard] = self._seen[shard].difference(seen).union(fresh)
             else:
                 seen = self._seen[shard]
                 fresh = await hot.read_budgets(utcnow(), (shard,))  # the parts on `shard`
