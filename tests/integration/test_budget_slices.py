@@ -219,6 +219,37 @@ async def test_concurrent_reservations_on_many_screens_never_overspend_and_spend
     assert total - state.spent < 2_000_000, state
 
 
+async def test_workers_that_disagree_on_the_slice_count_never_overspend(
+    redis_client: Redis,
+) -> None:
+    # During a change of BUDGET_SLICES, workers with 1, 4 and 16 slices serve one campaign.
+    base, camp, _ = await _hot(redis_client, 16, "300")
+    workers = [base, HotState(redis_client, slices=4), HotState(redis_client, slices=1)]
+    rng = random.Random(5)
+
+    async def traffic(seed: int) -> None:
+        local = random.Random(seed)
+        for _ in range(10):
+            hot = local.choice(workers)
+            made = await _reserve(
+                hot, camp, local.randrange(1_000_000, 3_000_001), local.choice(SCREENS)
+            )
+            if isinstance(made, Reserved) and local.random() < 0.6:  # accepted at 1 cent
+                payload = billing_payload(1_000_000)
+                await hot.respond(
+                    made.offer_id, PUB, "accept", datetime.now(UTC), payload, 1_000_000
+                )
+
+    await asyncio.gather(*[traffic(rng.randrange(10**9)) for _ in range(40)])
+    state = await _slices(redis_client, camp)
+    _assert_never_over(state, camp.shard)
+    for hot in workers:  # whichever worker drains it, the whole budget gets spent
+        await _drain_budget(hot, camp, 1_000_000)
+    state = await _slices(redis_client, camp)
+    _assert_never_over(state, camp.shard)
+    assert camp.budget_micros - state.spent - state.reserved < 1_000_000, state
+
+
 @pytest.fixture
 async def fast(servers: ServerUrls) -> AsyncIterator[HotConnection]:
     """The hot path's pipelined connection (the scripts, the grants and the take-backs' reads
