@@ -41,11 +41,6 @@ def slice_index(screen_id: str, slices: int) -> int:
     return 0 if slices == 1 else zlib.crc32(screen_id.encode()) % slices
 
 
-def daily_share(limit: int, slices: int, index: int) -> int:
-    """Slice `index`'s share of a daily limit: the shares add up to the limit exactly."""
-    return limit // slices + (1 if index < limit % slices else 0)
-
-
 def sum_parts(home: int, parts: Mapping[int, Budget]) -> Budget | None:
     """A campaign's budget from its slices' parts (shard -> part; the home's part carries the
     total, the others 0): None without the home's part (the campaign is unknown)."""

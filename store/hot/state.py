@@ -201,6 +201,7 @@ class HotState:
         self._playout = script("playout.lua")
         # Budget slices: moves between a campaign's slices (grant, take back, credit).
         self._grant = script("grant.lua")
+        self._grant_daily = script("grant_daily.lua")
         self._take = script("take.lua")
         self._credit = script("credit.lua")
         # Inventory syncs and top-ups are not the hot path: over the redis-py client.
@@ -239,33 +240,47 @@ class HotState:
         the home (taken back from the other slices when the home is short) and tries once more.
         """
         daily = campaign.daily_budget_micros
-        # A campaign with a daily limit keeps its budget on its home: the limit stays exact
-        # (docs/decisions.md, "Budget slices").
-        slices = self.slices if daily is None else 1
+        slices = self.slices
         home = campaign.shard
         shard = home if slices == 1 else slice_shards(home, slices)[slice_index(screen_id, slices)]
         result = await self._reserve_on(
             shard, daily, campaign, price_micros, screen_id, now, expires_at, fields
         )
-        if self.slices == 1 or not isinstance(result, Refused):
+        if slices == 1:
             return result
-        short = ("budget",) if shard == home else ("slice_budget", "unknown_campaign")
-        if result.reason not in short:
-            return result
-        short_by = price_micros - max(result.free, 0)
-        funded, home_seen = await self._fund(campaign.id, home, shard, short_by, price_micros)
-        if funded:
+        home_seen: Budget | None = None
+        funded: bool | None = True
+        # At most two grants: the total's, then today's (a campaign with a daily limit).
+        for _ in range(2):
+            if not isinstance(result, Refused):
+                break
+            reason = result.reason
+            short_by = price_micros - max(result.free, 0)
+            daily_short = "daily_budget" if shard == home else "slice_daily"
+            if reason in (("budget",) if shard == home else ("slice_budget", "unknown_campaign")):
+                funded, seen = await self._fund(campaign.id, home, shard, short_by, price_micros)
+                home_seen = seen or home_seen
+            elif daily is not None and reason == daily_short:
+                funded = await self._fund_daily(
+                    campaign.id, home, shard, short_by, price_micros, daily, day_of(now)
+                )
+            else:
+                break
+            if not funded:
+                break
             result = await self._reserve_on(
                 shard, daily, campaign, price_micros, screen_id, now, expires_at, fields
             )
-            if isinstance(result, Reserved) and home_seen is not None and shard != home:
-                result = msgspec.structs.replace(result, home_budget=home_seen)
+        if isinstance(result, Reserved) and home_seen is not None and shard != home:
+            result = msgspec.structs.replace(result, home_budget=home_seen)
         if isinstance(result, Refused) and result.reason in ("slice_budget", "unknown_campaign"):
             # Every slice together has less free than the price, or the home does not know
             # the campaign (then neither does any slice).
             if funded is None:
                 return Refused("unknown_campaign", None, shard)
             return Refused("budget", result.budget, shard)
+        if isinstance(result, Refused) and result.reason == "slice_daily":
+            return Refused("daily_budget", result.budget, shard)
         return result
 
     async def _reserve_on(
@@ -351,6 +366,49 @@ class HotState:
         granted, seen = await self._grant_to(campaign_id, home, shard, need, price)
         return (None if granted < 0 else granted > 0), seen
 
+    async def _fund_daily(
+        self,
+        campaign_id: str,
+        home: int,
+        shard: int,
+        need: int,
+        price: int,
+        limit: int,
+        day: str,
+    ) -> bool:
+        """`_fund` for today's part of a daily limit: a grant of it from the home's day hash
+        to the slice's (`dg`, then `da`), after taking unused daily allowance back from the
+        other slices when the home is short. False when the slices together lack it."""
+        if shard != home and await self._grant_daily_to(
+            campaign_id, home, shard, need, price, limit, day
+        ):
+            return True
+        back = await self.reclaim(campaign_id, home, need, exclude=shard, day=day)
+        if shard == home:
+            return back > 0
+        return await self._grant_daily_to(campaign_id, home, shard, need, price, limit, day)
+
+    async def _grant_daily_to(
+        self,
+        campaign_id: str,
+        home: int,
+        shard: int,
+        need: int,
+        price: int,
+        limit: int,
+        day: str,
+    ) -> bool:
+        await self._connected(home)
+        granted = int(
+            await self._grant_daily(
+                [day_key(home, day)], [campaign_id, need, self.slices, limit, price]
+            )
+        )
+        if granted > 0:
+            await self._connected(shard)
+            await self._credit([day_key(shard, day)], [campaign_id, granted, 0, "da"])
+        return granted > 0
+
     async def _grant_to(
         self, campaign_id: str, home: int, shard: int, need: int, price: int
     ) -> tuple[int, Budget | None]:
@@ -367,21 +425,24 @@ class HotState:
         seen = None if int(granted) < 0 else Budget(int(total), int(reserved), int(spent))
         return int(granted), seen
 
-    async def _allowances(self, campaign_id: str, home: int) -> dict[int, tuple[int, int]]:
-        """(allowance, free) of the campaign on every shard but its home that holds one."""
+    async def _allowances(
+        self, campaign_id: str, home: int, day: str | None = None
+    ) -> dict[int, tuple[int, int]]:
+        """(allowance, free) of the campaign on every shard but its home that holds one: of
+        its total, or with `day` of that day's limit."""
         others = [shard for shard in range(SHARDS) if shard != home]
-        names = [f"{campaign_id}:{part}" for part in ("a", "r", "s")]
+        field = "a" if day is None else "da"
+        names = [f"{campaign_id}:{part}" for part in (field, "r", "s")]
+        keys = [budget_key(s) if day is None else day_key(s, day) for s in others]
         raw: list[Any]
         if self._fast is not None:  # the hot path's connection, and its strict timeout
             fast = self._fast
             await self._connected(home)
-            raw = await asyncio.gather(
-                *[fast.execute_keyed(budget_key(s), "HMGET", budget_key(s), *names) for s in others]
-            )
+            raw = await asyncio.gather(*[fast.execute_keyed(k, "HMGET", k, *names) for k in keys])
         else:
             async with self.redis.pipeline(transaction=False) as pipe:
-                for shard in others:
-                    pipe.hmget(budget_key(shard), names)
+                for key in keys:
+                    pipe.hmget(key, names)
                 raw = await pipe.execute()
         found = {}
         for shard, (allowance, reserved, spent) in zip(others, raw, strict=True):
@@ -391,12 +452,21 @@ class HotState:
         return found
 
     async def reclaim(
-        self, campaign_id: str, home: int, want: int, *, exclude: int = -1, force: bool = False
+        self,
+        campaign_id: str,
+        home: int,
+        want: int,
+        *,
+        exclude: int = -1,
+        force: bool = False,
+        day: str | None = None,
     ) -> int:
         """Take up to `want` of the campaign's allowances back to its home, most free first
-        (each amount leaves its slice first, then the home's `g` drops). `force` also takes
-        what backs open reservations (a lowered total, `shrink`). Returns what came back."""
-        found = await self._allowances(campaign_id, home)
+        (each amount leaves its slice first, then the home's `g` drops); with `day`, of that
+        day's daily allowances (`da` back to `dg`). `force` also takes what backs open
+        reservations (a lowered total, `shrink`). Returns what came back."""
+        found = await self._allowances(campaign_id, home, day)
+        field = "a" if day is None else "da"
         order = sorted(found.items(), key=lambda item: -item[1][0 if force else 1])
         back = 0
         for shard, (allowance, free) in order:
@@ -405,13 +475,16 @@ class HotState:
             if shard == exclude or (allowance if force else free) <= 0:
                 continue
             await self._connected(shard)
+            source = budget_key(shard) if day is None else day_key(shard, day)
             taken, deadline = await self._take(
-                [budget_key(shard)],
-                [campaign_id, want - back, "1" if force else "0", MOVE_WINDOW_MS],
+                [source],
+                [campaign_id, want - back, "1" if force else "0", MOVE_WINDOW_MS, field],
             )
             if int(taken) > 0:
                 await self._connected(home)
-                await self._credit([budget_key(home)], [campaign_id, int(taken), deadline, "g"])
+                target = budget_key(home) if day is None else day_key(home, day)
+                back_to = "g" if day is None else "dg"
+                await self._credit([target], [campaign_id, int(taken), deadline, back_to])
                 back += int(taken)
         return back
 

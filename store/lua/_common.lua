@@ -4,7 +4,8 @@
 -- A campaign whose budget is split into slices (BUDGET_SLICES, docs/architecture.md "Budget
 -- slices") has <cid>:t and <cid>:g (granted to its other slices) on its home shard only, and
 -- <cid>:a (the allowance granted to it) on each other slice's shard; every slice has its own
--- :r and :s. What a slice may hold reserved and spent: t - g on the home, a on another slice.
+-- :r and :s. What a slice may hold reserved and spent: t - g on the home, a on another slice;
+-- of a daily limit, today: limit - dg on the home, da on another slice (day hash fields).
 
 local function num(v)
   if v == false or v == nil then return 0 end

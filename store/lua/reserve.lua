@@ -9,10 +9,11 @@
 --       10 deadline (epoch ms, 0: none; see too_late), 11.. offer field/value pairs (the offer
 --       hash, `status` added)
 -- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}, the refusals
--- 'budget' and 'slice_budget' followed by the slice's free budget. On a budget
+-- 'budget', 'slice_budget', 'daily_budget' and 'slice_daily' followed by what the slice has
+-- free of it. On a budget
 -- slice other than the home, total is 0 and a slice without enough allowance answers
 -- 'slice_budget', one never granted any 'unknown_campaign' (either way the caller asks the
--- home for a grant, grant.lua); the daily limit is then the slice's share of it.
+-- home for a grant, grant.lua), one short of today's allowance 'slice_daily' (grant_daily.lua).
 if too_late(ARGV[10]) then return {0, 'late', 0, 0, 0} end
 local cid, price = ARGV[1], tonumber(ARGV[2])
 local daily_limit, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -28,9 +29,16 @@ elseif num(b[5]) - reserved - spent < price then
   return {0, 'slice_budget', 0, reserved, spent, num(b[5]) - reserved - spent}
 end
 if daily_limit >= 0 then
-  local d = redis.call('HMGET', KEYS[2], cid .. ':r', cid .. ':s')
-  if daily_limit - num(d[1]) - num(d[2]) < price then
-    return {0, 'daily_budget', total, reserved, spent}
+  -- With slices the home's share of today's limit is what it did not grant (`dg`), another
+  -- slice's is its daily allowance (`da`), both in the day hash.
+  local d = redis.call('HMGET', KEYS[2], cid .. ':r', cid .. ':s', cid .. ':dg', cid .. ':da')
+  local used = num(d[1]) + num(d[2])
+  if b[1] ~= false then
+    if daily_limit - num(d[3]) - used < price then
+      return {0, 'daily_budget', total, reserved, spent, daily_limit - num(d[3]) - used}
+    end
+  elseif num(d[4]) - used < price then
+    return {0, 'slice_daily', 0, reserved, spent, num(d[4]) - used}
   end
 end
 local freq_field = cid .. ':' .. ARGV[5]

@@ -28,6 +28,8 @@ from store.hot import (
     Refused,
     Reserved,
     budget_key,
+    day_key,
+    day_of,
     slice_index,
     slice_shards,
     sum_parts,
@@ -311,14 +313,47 @@ async def test_the_frequency_cap_stays_exact_per_screen(redis_client: Redis) -> 
         assert {r.shard for r in made} == {expected}
 
 
-async def test_a_campaign_with_a_daily_limit_keeps_its_budget_on_its_home(
+async def _daily(redis: Redis, camp: CampaignInfo) -> tuple[int, int, int]:
+    """Today's (reserved + spent over every slice, granted by the home, daily allowances)."""
+    today = day_of(datetime.now(UTC))
+    used = granted = allowances = 0
+    for shard in range(SHARDS):
+        r, s, dg, da = await redis.hmget(
+            day_key(shard, today), [f"{camp.id}:{p}" for p in ("r", "s", "dg", "da")]
+        )
+        used += int(r or 0) + int(s or 0)
+        granted += int(dg or 0)
+        allowances += int(da or 0)
+    return used, granted, allowances
+
+
+async def test_a_daily_limit_is_never_passed_over_the_slices_and_is_spent_down(
     redis_client: Redis,
 ) -> None:
+    # 10 cents a day at 2.5 cents a play: 4 plays today, whichever screens ask, at once.
     hot, camp, _ = await _hot(redis_client, 16, "1000", daily_budget_cents=Decimal(10))
-    results = [await _reserve(hot, camp, 2_500_000, s) for s in SCREENS[:8]]
-    assert [isinstance(r, Reserved) for r in results] == [True] * 4 + [False] * 4
-    assert {r.shard for r in results} == {camp.shard}
+    calls = asyncio.Semaphore(48)
+
+    async def reserve(screen_id: str) -> Reserved | Refused:
+        async with calls:
+            return await _reserve(hot, camp, 2_500_000, screen_id)
+
+    results = await asyncio.gather(*[reserve(s) for s in SCREENS * 3])
+    made = [r for r in results if isinstance(r, Reserved)]
+    assert len(made) == 4
     assert {r.reason for r in results if isinstance(r, Refused)} == {"daily_budget"}
+    used, granted, allowances = await _daily(redis_client, camp)
+    assert used == 10_000_000
+    assert allowances <= granted
+    assert len({r.shard for r in made}) > 1  # the plays were made on several slices
+    # Two rejected: their 5 cents of today come back, wherever they now sit.
+    for r in made[:2]:
+        await hot.respond(r.offer_id, PUB, "reject", datetime.now(UTC), {})
+    again = [await _reserve(hot, camp, 2_500_000, s) for s in SCREENS]
+    assert sum(isinstance(r, Reserved) for r in again) == 2
+    used, granted, allowances = await _daily(redis_client, camp)
+    assert used == 10_000_000
+    assert allowances <= granted
 
 
 def _script(redis: Redis, name: str) -> Any:
