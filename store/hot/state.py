@@ -236,8 +236,9 @@ class HotState:
 
         No record is queued: the open offer lives in Redis only, and its outcome's record
         carries it to Postgres. With budget slices the reservation is made on the screen's
-        slice (the offer id carries its shard); a slice short of allowance gets a grant from
-        the home (taken back from the other slices when the home is short) and tries once more.
+        slice (the offer id carries its shard); a slice short of allowance (of the total, or
+        of today's daily limit) gets a grant from the home (taken back from the other slices
+        when the home is short) and tries again, at most twice.
         """
         daily = campaign.daily_budget_micros
         slices = self.slices
