@@ -1,7 +1,7 @@
 """Redis work per hot-path call on a local Redis Cluster, per primary, and what WAIT costs.
 
     .venv/bin/python -m bench.cluster [--calls 3000] [--callers 16] [--campaigns 64]
-        [--screens 1000] [--slices 1,16] [--rounds 1] [--wait 0,1]
+        [--screens 1000] [--slices 1,16] [--rounds 1] [--wait 0,1] [--daily MICROS]
 
 Starts a local cluster (three primaries with a replica each, in .run/bench/cluster), gives
 `campaigns` campaigns a budget (spread over the 16 shards as their ids fall), then runs
@@ -11,7 +11,8 @@ each, with `callers` concurrent tasks, for each `--wait` (REDIS_WAIT_REPLICAS) a
 prints the calls a second, the median and 99th percentile latency of a call, and the Redis CPU
 per call (INFO cpu, summed over the primaries) with each primary's share of it and the busiest
 primary's share over the mean share. `--campaigns 1` is one dominant campaign: with
-`--slices 1,16` it compares its budget on one shard with its budget split over all 16.
+`--slices 1,16` it compares its budget on one shard with its budget split over all 16;
+`--daily` gives the campaigns a daily limit (granted to the slices day by day too).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _cpu(ports: list[int]) -> dict[int, float]:
     return spent
 
 
-def _campaign(template: CampaignInfo | None, number: int) -> CampaignInfo:
+def _campaign(template: CampaignInfo | None, number: int, daily: int | None = None) -> CampaignInfo:
     cid = str(uuid.UUID(int=number + 1))
     base = dict(
         id=cid,
@@ -60,7 +61,7 @@ def _campaign(template: CampaignInfo | None, number: int) -> CampaignInfo:
         active=True,
         cpm_cents=Decimal(250),
         budget_micros=10**15,
-        daily_budget_micros=None,
+        daily_budget_micros=daily,
         start_at=None,
         end_at=None,
         max_plays_per_screen_per_hour=None,
@@ -206,12 +207,15 @@ def main() -> None:
     parser.add_argument("--slices", type=_counts, default=[1], help="BUDGET_SLICES, e.g. 1,16")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--wait", type=_counts, default=[0, 1], help="REDIS_WAIT_REPLICAS")
+    parser.add_argument(
+        "--daily", type=int, default=None, help="each campaign's daily limit, micro-cents"
+    )
     args = parser.parse_args()
     shutil.rmtree(ROOT, ignore_errors=True)
     cluster = LocalRedisCluster(ROOT)
     cluster.start()
     load = Load(
-        [_campaign(None, n) for n in range(args.campaigns)],
+        [_campaign(None, n, args.daily) for n in range(args.campaigns)],
         [str(uuid.UUID(int=10**7 + n)) for n in range(args.screens)],
         args.calls,
         args.callers,
