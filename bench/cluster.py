@@ -1,14 +1,18 @@
 """Redis work per hot-path call on a local Redis Cluster, per primary, and what WAIT costs.
 
     .venv/bin/python -m bench.cluster [--calls 3000] [--callers 16] [--campaigns 64]
+        [--screens 1000] [--slices 1,16] [--rounds 1] [--wait 0,1] [--daily MICROS]
 
 Starts a local cluster (three primaries with a replica each, in .run/bench/cluster), gives
 `campaigns` campaigns a budget (spread over the 16 shards as their ids fall), then runs
-`calls` reservations (an offer request's Redis work), then an accept of each (its record
-included: a `RecordWriter` drains the queues) with `callers` concurrent tasks, once with
-`REDIS_WAIT_REPLICAS=0` and once with 1. For each step it prints the calls a second, the
-median and 99th percentile latency of a call, and the Redis CPU per call (INFO cpu, summed over
-the primaries) with each primary's share of it.
+`calls` reservations (an offer request's Redis work) from `screens` screens, then an accept of
+each, with `callers` concurrent tasks, for each `--wait` (REDIS_WAIT_REPLICAS) and each
+`--slices` (BUDGET_SLICES), the slice counts alternated `rounds` times. For each step it
+prints the calls a second, the median and 99th percentile latency of a call, and the Redis CPU
+per call (INFO cpu, summed over the primaries) with each primary's share of it and the busiest
+primary's share over the mean share. `--campaigns 1` is one dominant campaign: with
+`--slices 1,16` it compares its budget on one shard with its budget split over all 16;
+`--daily` gives the campaigns a daily limit (granted to the slices day by day too).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -48,7 +52,7 @@ def _cpu(ports: list[int]) -> dict[int, float]:
     return spent
 
 
-def _campaign(template: CampaignInfo | None, number: int) -> CampaignInfo:
+def _campaign(template: CampaignInfo | None, number: int, daily: int | None = None) -> CampaignInfo:
     cid = str(uuid.UUID(int=number + 1))
     base = dict(
         id=cid,
@@ -57,7 +61,7 @@ def _campaign(template: CampaignInfo | None, number: int) -> CampaignInfo:
         active=True,
         cpm_cents=Decimal(250),
         budget_micros=10**15,
-        daily_budget_micros=None,
+        daily_budget_micros=daily,
         start_at=None,
         end_at=None,
         max_plays_per_screen_per_hour=None,
@@ -73,7 +77,7 @@ def _campaign(template: CampaignInfo | None, number: int) -> CampaignInfo:
         ranked_creatives={},
         places=None,
         categories=(),
-        cattax=0,
+        cattax=1,
         category_keys=frozenset(),
         domain_keys=frozenset(),
     )
@@ -85,6 +89,7 @@ async def _step(
     calls: list[Callable[[], Awaitable[Any]]],
     callers: int,
     ports: list[int],
+    busiest: list[float] | None = None,
 ) -> list[Any]:
     latencies: list[float] = []
     results: list[Any] = []
@@ -106,40 +111,51 @@ async def _step(
     total = sum(used.values())
     latencies.sort()
     shares = " ".join(f"{100 * used[p] / total:4.1f}%" for p in ports) if total else "-"
+    ratio = max(used.values()) * len(ports) / total if total else 0.0
+    if busiest is not None:
+        busiest.append(ratio)
     p50 = 1e3 * statistics.median(latencies)
     print(
-        f"{name:20s} {len(calls) / wall:8,.0f} calls/s  p50 {p50:6.2f} ms"
+        f"{name:28s} {len(calls) / wall:8,.0f} calls/s  p50 {p50:6.2f} ms"
         f"  p99 {1e3 * latencies[int(0.99 * (len(latencies) - 1))]:6.2f} ms"
-        f"  Redis {1e6 * total / len(calls):6.1f} us/call  per primary {shares}",
+        f"  Redis {1e6 * total / len(calls):6.1f} us/call  per primary {shares}"
+        f"  busiest/mean {ratio:4.2f}",
         flush=True,
     )
     return results
 
 
-async def _round(
-    client: Any,
-    url: str,
-    wait: int,
-    camps: list[CampaignInfo],
-    calls: int,
-    callers: int,
-    ports: list[int],
-) -> None:
+@dataclass
+class Load:
+    """What each round runs: the campaigns, the screens the requests come from, the calls and
+    callers, and the cluster's primaries."""
+
+    camps: list[CampaignInfo]
+    screens: list[str]
+    calls: int
+    callers: int
+    ports: list[int]
+    #: Busiest primary's share over the mean, per (step, slices), one figure a round.
+    busiest: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+
+
+async def _round(client: Any, url: str, wait: int, slices: int, load: Load) -> None:
     fast = PipelinedCluster(parse(url, "cluster"), timeout=1.0, wait_replicas=wait)
-    hot = HotState(client, fast=fast)
+    hot = HotState(client, fast=fast, slices=slices)
     now = datetime.now(UTC)
     fields = {"channel": "core", "publisher": str(uuid.UUID(int=7)), "creative": "c"}
+    camps, screens, ports = load.camps, load.screens, load.ports
 
-    def reserve(camp: CampaignInfo) -> Callable[[], Awaitable[Any]]:
-        return lambda: hot.reserve(
-            camp, _PRICE, "screen-1", now, now + timedelta(minutes=5), fields
-        )
+    def reserve(camp: CampaignInfo, screen: str) -> Callable[[], Awaitable[Any]]:
+        return lambda: hot.reserve(camp, _PRICE, screen, now, now + timedelta(minutes=5), fields)
 
+    label = f"(WAIT {wait}, slices {slices})"
     made = await _step(
-        f"reserve (WAIT {wait})",
-        [reserve(camps[i % len(camps)]) for i in range(calls)],
-        callers,
+        f"reserve {label}",
+        [reserve(camps[i % len(camps)], screens[i % len(screens)]) for i in range(load.calls)],
+        load.callers,
         ports,
+        load.busiest.setdefault((f"reserve, WAIT {wait}", slices), []),
     )
     offers = [r.offer_id for r in made if isinstance(r, Reserved)]
 
@@ -149,21 +165,37 @@ async def _round(
             offer_id, fields["publisher"], "accept", datetime.now(UTC), payload, _PRICE
         )
 
-    await _step(f"accept (WAIT {wait})", [accept(o) for o in offers], callers, ports)
+    await _step(
+        f"accept {label}",
+        [accept(o) for o in offers],
+        load.callers,
+        ports,
+        load.busiest.setdefault((f"accept, WAIT {wait}", slices), []),
+    )
     await fast.aclose()
 
 
-async def run(cluster: LocalRedisCluster, calls: int, callers: int, campaigns: int) -> None:
+async def run(
+    cluster: LocalRedisCluster, load: Load, slice_counts: list[int], waits: list[int], rounds: int
+) -> None:
     url = cluster.url
     client = connect(url, timeout=5.0, mode="cluster")
-    ports = cluster.primary_ports()
-    camps = [_campaign(None, n) for n in range(campaigns)]
     await HotState(client).sync_inventory(
-        {c.id: (c.shard, c.budget_micros) for c in camps}, {}, force=True
+        {c.id: (c.shard, c.budget_micros) for c in load.camps}, {}, force=True
     )
-    for wait in (0, 1):
-        await _round(client, url, wait, camps, calls, callers, ports)
+    for number in range(rounds):
+        # Alternated: each slice count sees the machine's load of the same moments.
+        for slices in slice_counts if number % 2 == 0 else slice_counts[::-1]:
+            for wait in waits:
+                await _round(client, url, wait, slices, load)
     await client.aclose()
+    print("\nbusiest primary's share of Redis CPU over the mean share (median of the rounds):")
+    for (step, slices), ratios in load.busiest.items():
+        print(f"  {step:16s} slices {slices:2d}: {statistics.median(ratios):4.2f}x", flush=True)
+
+
+def _counts(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
 
 
 def main() -> None:
@@ -171,12 +203,26 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--callers", type=int, default=16)
     parser.add_argument("--campaigns", type=int, default=64)
+    parser.add_argument("--screens", type=int, default=1000)
+    parser.add_argument("--slices", type=_counts, default=[1], help="BUDGET_SLICES, e.g. 1,16")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--wait", type=_counts, default=[0, 1], help="REDIS_WAIT_REPLICAS")
+    parser.add_argument(
+        "--daily", type=int, default=None, help="each campaign's daily limit, micro-cents"
+    )
     args = parser.parse_args()
     shutil.rmtree(ROOT, ignore_errors=True)
     cluster = LocalRedisCluster(ROOT)
     cluster.start()
+    load = Load(
+        [_campaign(None, n, args.daily) for n in range(args.campaigns)],
+        [str(uuid.UUID(int=10**7 + n)) for n in range(args.screens)],
+        args.calls,
+        args.callers,
+        cluster.primary_ports(),
+    )
     try:
-        uvloop.run(run(cluster, args.calls, args.callers, args.campaigns))
+        uvloop.run(run(cluster, load, args.slices, args.wait, args.rounds))
     finally:
         with contextlib.suppress(Exception):
             cluster.stop()

@@ -2,9 +2,12 @@
 
 - the record queue drains (every shard's stream read and acknowledged by the writer);
 - every campaign balances: in Redis reserved >= 0, spent >= 0, reserved + spent <= total
-  (remaining never negative), total == the campaign's budget in Postgres, reserved == the sum
-  of its open offers' prices (read from Redis: an open offer has no row in Postgres until its
-  outcome's record), and spent == the sum of its billing records' gross in Postgres;
+  (remaining never negative; with budget slices, summed over the slices, and each slice within
+  what it holds: the home within total - granted, another slice within its allowance, the
+  allowances within what the home granted), total == the campaign's budget in Postgres,
+  reserved == the sum of its open offers' prices (read from Redis: an open offer has no row in
+  Postgres until its outcome's record), and spent == the sum of its billing records' gross in
+  Postgres;
 - every deal has its billing record, every acknowledged accept has its deal in Postgres, and a
   deal nobody saw acknowledged can only be a request cut off when wrk stopped;
 - every acknowledged OpenRTB impression has its billing record;
@@ -66,10 +69,17 @@ class Acknowledged:
 
 @dataclass
 class CampaignBudget:
+    """A campaign's budget in Redis, summed over its budget slices."""
+
     total: int = 0
     reserved: int = 0
     spent: int = 0
     open_offers: int = 0
+    #: Budget slices: what the home granted, what the other slices hold as allowance, and
+    #: each slice that holds more reserved and spent than it may (its shard).
+    granted: int = 0
+    allowances: int = 0
+    over_slices: list[int] = field(default_factory=list)
 
 
 def _text(value: bytes | str) -> str:
@@ -110,18 +120,22 @@ async def redis_budgets(redis: Redis) -> dict[str, CampaignBudget]:
     budgets: dict[str, CampaignBudget] = {}
     for shard in range(SHARDS):
         flat = await script(keys=[budget_key(shard), expiry_key(shard)], args=[f"{tag(shard)}:o:"])
+        parts: dict[str, dict[str, int]] = {}
         for index in range(0, len(flat), 2):
             name, value = _text(flat[index]), int(flat[index + 1])
             campaign_id, _, part = name.rpartition(":")
+            parts.setdefault(campaign_id, {})[part] = value
+        for campaign_id, fields in parts.items():
             budget = budgets.setdefault(campaign_id, CampaignBudget())
-            if part == "t":
-                budget.total = value
-            elif part == "r":
-                budget.reserved = value
-            elif part == "s":
-                budget.spent = value
-            elif part == "open":
-                budget.open_offers = value
+            budget.total += fields.get("t", 0)
+            budget.granted += fields.get("g", 0)
+            budget.allowances += fields.get("a", 0)
+            budget.reserved += fields.get("r", 0)
+            budget.spent += fields.get("s", 0)
+            budget.open_offers += fields.get("open", 0)
+            holds = fields["t"] - fields.get("g", 0) if "t" in fields else fields.get("a", 0)
+            if fields.get("r", 0) + fields.get("s", 0) > holds:
+                budget.over_slices.append(shard)
     return budgets
 
 
@@ -137,6 +151,8 @@ def budget_checks(
     for campaign_id, budget in budgets.items():
         if budget.reserved < 0 or budget.spent < 0 or budget.reserved + budget.spent > budget.total:
             problems["balance"].append(f"{campaign_id} {budget}")
+        elif budget.over_slices or budget.allowances > budget.granted:
+            problems["balance"].append(f"{campaign_id} a budget slice over what it holds {budget}")
         if campaign_id in totals and totals[campaign_id] != budget.total:
             problems["total"].append(f"{campaign_id} redis {budget.total} pg {totals[campaign_id]}")
         if budget.reserved != budget.open_offers:

@@ -191,7 +191,7 @@ def main() -> None:
         print(f"{name:45s} {_per_call_us(fn, rounds // 4):8.2f} us")
 
     state = hot.HotState.__new__(hot.HotState)
-    state.retention_ms, state.deal_ttl_ms = 3_600_000, 86_400_000
+    state.retention_ms, state.deal_ttl_ms, state.slices = 3_600_000, 86_400_000, 1
     state.packed_offers = True
     state._fast = None  # no pipelined connection: no deadline, nothing to connect
     state._reserve = _NoScript([1, 10, 0, 0])

@@ -345,7 +345,8 @@ def run_cluster(cfg: BenchConfig) -> int:
         command=cfg.command,
         settings={
             "redis": "a local Redis Cluster: 3 primaries with a replica each "
-            "(store/local_cluster.py), REDIS_MODE=cluster, REDIS_WAIT_REPLICAS unset (1)",
+            "(store/local_cluster.py), REDIS_MODE=cluster, REDIS_WAIT_REPLICAS unset (1), "
+            "BUDGET_SLICES=16",
             "rounds": str(cfg.rounds),
             "wrk seconds per run": f"{cfg.wrk_seconds:g}",
             "inventory": f"{len(doc.publishers)} publishers, {len(doc.screens):,} screens, "
@@ -398,7 +399,7 @@ def _measure(
     worker = server.Worker(
         seeded,
         cfg.root / "logs" / "worker-cluster.log",
-        env_overrides={"RECORD_WRITER": "0"},
+        env_overrides={"RECORD_WRITER": "0", "BUDGET_SLICES": "16"},
         writer=writer,
     )
     runs: dict[str, list[RouteRun]] = {route: [] for route in ROUTES}

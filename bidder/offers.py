@@ -86,10 +86,12 @@ async def make_offer(
         if not isinstance(result, Refused):
             # The next request's tie-break ("the larger share of its budget left") sees this
             # reservation at once, not after the next refresh (up to a second later).
-            rt.budgets.note(outcome.campaign.id, result.budget)
+            rt.budgets.note(outcome.campaign.id, result.budget, result.shard)
+            if result.home_budget is not None:  # a budget slice was granted more by the home
+                rt.budgets.note(outcome.campaign.id, result.home_budget, outcome.campaign.shard)
             return MadeOffer(result.offer_id, outcome, expires_at)
         # A refusal says "does not fit now", which stays true until the next refresh.
-        rt.budgets.note(outcome.campaign.id, result.budget)
+        rt.budgets.note(outcome.campaign.id, result.budget, result.shard)
         excluded.add(outcome.campaign.id)
     # Several campaigns ran dry between two budget refreshes: answer as if none were eligible.
     return NoMatch("no_eligible")

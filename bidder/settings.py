@@ -17,6 +17,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, Self, TypeVar, get_type_hints
 from urllib.parse import urlsplit
 
+from store.hot import SLICE_COUNTS
 from store.hot.topology import REDIS_MODES, RedisMode, TopologyError
 from store.hot.topology import parse as parse_topology
 
@@ -184,10 +185,20 @@ OFFER_HASH_FORMS = ("packed", "fields")
 
 
 def _offer_hash(name: str, raw: str) -> str:
-    value = raw.strip().lower() or "packed"
+    value = raw.strip().lower() or "fields"
     if value not in OFFER_HASH_FORMS:
         raise ValueError(f"{name} must be one of {', '.join(OFFER_HASH_FORMS)}, got {raw!r}")
     return value
+
+
+def _budget_slices(name: str, raw: str) -> int:
+    raw = raw.strip()
+    if not raw:
+        return _UNSET  # type: ignore[no-any-return]
+    if not raw.isdigit() or int(raw) not in SLICE_COUNTS:
+        counts = ", ".join(str(k) for k in SLICE_COUNTS)
+        raise ValueError(f"{name} must be one of {counts}, got {raw!r}")
+    return int(raw)
 
 
 def _whole_number(name: str, raw: str) -> int:
@@ -369,6 +380,9 @@ class RedisSettings(Group):
     offer_hash: str = setting("OFFER_HASH", "fields", _offer_hash)
     """How a new offer's hash is written: `packed` (its fixed fields in one JSON value) or
     `fields` (each on its own, the form every version reads); both are read."""
+    budget_slices: int = setting("BUDGET_SLICES", 1, _budget_slices)
+    """How many shards each campaign's budget is split over (1, 2, 4, 8 or 16). 1 by default,
+    what every earlier release reads; a cluster sets 16 once no older worker is left."""
 
     @property
     def wait_replicas(self) -> int:

@@ -18,5 +18,5 @@ if [ "$#" -eq 0 ]; then
         tests/integration/test_openrtb_bid.py tests/integration/test_openrtb_loss.py \
         tests/integration/test_records.py tests/integration/test_tracking.py \
         tests/integration/test_core_budget.py tests/integration/test_cluster.py \
-        tests/e2e/test_two_instances.py
+        tests/integration/test_budget_slices.py tests/e2e/test_two_instances.py
 fi

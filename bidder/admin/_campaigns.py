@@ -29,7 +29,7 @@ from matching.inventory import MAX_AMOUNT_CENTS, Campaign
 from matching.money import CENT_PLACES, cents_to_micros, micros_to_cents
 from matching.snapshot import campaign_shard
 from store.errors import REDIS_DOWN
-from store.hot import HotState
+from store.hot import HotState, sum_parts
 from store.inventory_repo import KeyReused, TotalTooHigh, add_budget, fetch_campaign
 from store.postgres import Conn
 
@@ -85,14 +85,16 @@ async def with_budget(
     fields = msgspec.structs.asdict(campaign)
     mark = view.mark() if view is not None else 0
     try:
-        budgets = await hot.read_budgets(utcnow(), (campaign_shard(campaign.id),))
+        # Every budget slice of the campaign (BUDGET_SLICES), summed: its true figures.
+        parts = await hot.read_campaign_parts(campaign.id, utcnow())
     except REDIS_DOWN:
         if not redis_optional:
             raise
         return CampaignView(**fields, budget=None)
     if view is not None:
-        view.fold(budgets, mark)  # the campaign's shard, read now
-    return CampaignView(**fields, budget=budget_view(campaign, budgets.get(campaign.id)))
+        view.fold_campaign(campaign.id, parts, mark)  # the campaign's slices, read now
+    live = sum_parts(campaign_shard(campaign.id), parts)
+    return CampaignView(**fields, budget=budget_view(campaign, live))
 
 
 def check_add(add: Decimal) -> None:

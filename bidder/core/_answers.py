@@ -201,7 +201,7 @@ async def _answer(
                 extra={"offer_id": offer_id},
             )
         raise NotFound(OFFER_NOT_FOUND)
-    rt.budgets.note(answered.campaign_id, answered.budget)
+    rt.budgets.note(answered.campaign_id, answered.budget, answered.shard)
     if action == "reject":
         rt.metrics.count_offer("rejected")
         return json_body_answer(_rejected_body(reason, answered.billing_code))

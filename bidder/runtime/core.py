@@ -18,6 +18,7 @@ from bidder.runtime.loops import Loops, budget_loop, inventory_loop, sweep_loop
 from bidder.runtime.postgres import PostgresHandle
 from bidder.runtime.rate_limit import RateLimiter, serve_workers
 from bidder.settings import Settings
+from matching.snapshot import SHARDS, Snapshot
 from store.hot import HotState, connect
 from store.pipelined_cluster import open_pipelined
 from store.records import run_writer
@@ -52,19 +53,38 @@ class Runtime:
             settings.redis.wait_replicas,
         )
         self.hot = HotState(
-            self.redis, fast=self.fast, packed_offers=settings.redis.offer_hash == "packed"
+            self.redis,
+            fast=self.fast,
+            packed_offers=settings.redis.offer_hash == "packed",
+            slices=settings.redis.budget_slices,
         )
         self.metrics = Metrics()
         stopping = asyncio.Event()
         self.postgres = PostgresHandle(settings.postgres.url, stopping)
         self.inventory = InventoryLoader(settings, self.postgres, self.hot, self.metrics)
         self.budgets = Budgets()
+        self.budgets.home_ids = self._home_ids
+        self._homes: tuple[Snapshot | None, list[frozenset[str]]] = (None, [])
         self.rate_limits = RateLimiter(settings, serve_workers())
         self.loops = Loops(stopping)
         #: Loops started beside the built-in ones, each given this runtime.
         self.extra_loops: list[Callable[[Runtime], Awaitable[None]]] = [watch]  # ops gauges
         if settings.records.writer:
             self.extra_loops.append(run_writer)
+
+    def _home_ids(self, shard: int) -> frozenset[str]:
+        """The ids of the current inventory's campaigns whose home is `shard`."""
+        snapshot = self.inventory.snapshot
+        if snapshot is None:
+            return frozenset()
+        of, homes = self._homes
+        if of is not snapshot:
+            by_shard: list[set[str]] = [set() for _ in range(SHARDS)]
+            for campaign in snapshot.campaigns.values():
+                by_shard[campaign.shard].add(campaign.id)
+            homes = [frozenset(ids) for ids in by_shard]
+            self._homes = (snapshot, homes)
+        return homes[shard]
 
     async def start(self) -> None:
         """Connect, load the snapshot if Postgres answers, and start the background loops.

@@ -1,6 +1,6 @@
 """The hot state in Redis: its key names (`keys`), the ids and clock texts it hands out (`ids`),
-the client (`client`), the signed inventory copy (`inventory_copy`) and the Lua scripts' typed
-calls (`state`)."""
+the client (`client`), the signed inventory copy (`inventory_copy`), the budget slices'
+placement (`slices`) and the Lua scripts' typed calls (`state`)."""
 
 from store.hot.client import connect
 from store.hot.ids import day_of, epoch_ms, hour_of, new_id, random_uuid, shard_of
@@ -28,6 +28,14 @@ from store.hot.keys import (
     tag,
     tracked_key,
 )
+from store.hot.slices import (
+    MOVE_WINDOW_MS,
+    MOVES_QUIET_MS,
+    SLICE_COUNTS,
+    slice_index,
+    slice_shards,
+    sum_parts,
+)
 from store.hot.state import (
     Answered,
     HotState,
@@ -42,7 +50,10 @@ __all__ = [
     "COPY_CLAIM_MS",
     "INVENTORY_COPY_FORMAT",
     "INVENTORY_COPY_KEY",
+    "MOVES_QUIET_MS",
+    "MOVE_WINDOW_MS",
     "QUEUE_GROUP",
+    "SLICE_COUNTS",
     "Answered",
     "HotState",
     "InventoryCopies",
@@ -71,6 +82,9 @@ __all__ = [
     "queue_keys",
     "random_uuid",
     "shard_of",
+    "slice_index",
+    "slice_shards",
+    "sum_parts",
     "tag",
     "tracked_key",
 ]

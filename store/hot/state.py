@@ -24,7 +24,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from matching.engine import Budget
-from matching.snapshot import SHARDS, CampaignInfo
+from matching.snapshot import SHARDS, CampaignInfo, campaign_shard
 from store.hot.ids import day_of, epoch_ms, hour_of, new_id, shard_of
 from store.hot.keys import (
     billing_codes_key,
@@ -37,6 +37,14 @@ from store.hot.keys import (
     queue_key,
     tag,
     tracked_key,
+)
+from store.hot.slices import (
+    MOVE_WINDOW_MS,
+    SLICE_COUNTS,
+    add_parts,
+    slice_index,
+    slice_shards,
+    sum_parts,
 )
 from store.pipelined import Arg, HotConnection, PipelinedScript
 
@@ -91,11 +99,21 @@ def _load(name: str) -> str:
 class Reserved(msgspec.Struct, frozen=True):
     offer_id: str
     budget: Budget
+    #: The shard of the budget slice the offer reserved on (its id's): `budget` is its part.
+    shard: int = -1
+    #: The home's part, when the reservation needed a grant from it (budget slices): a budget
+    #: view that has not read the home yet learns the campaign's total from it.
+    home_budget: Budget | None = None
 
 
 class Refused(msgspec.Struct, frozen=True):
     reason: str
     budget: Budget | None
+    #: The shard of the budget slice that refused (the campaign's home without slices): the
+    #: part of the campaign's budget `budget` is.
+    shard: int = -1
+    #: What the slice had free, for a refusal for want of budget ('budget', 'slice_budget').
+    free: int = 0
 
 
 class Answered(msgspec.Struct, frozen=True):
@@ -103,6 +121,8 @@ class Answered(msgspec.Struct, frozen=True):
     deal_id: str  # an accept's new deal ("" for a reject)
     billing_code: str | None
     budget: Budget
+    #: The offer's shard: `budget` is the part of the budget slice there.
+    shard: int = -1
 
 
 class NotAnswered(msgspec.Struct, frozen=True):
@@ -180,7 +200,10 @@ class HotState:
         retention_ms: int = 25 * 3_600_000,
         deal_ttl_ms: int = 30 * 86_400_000,
         packed_offers: bool = True,
+        slices: int = 1,
     ) -> None:
+        if slices not in SLICE_COUNTS:
+            raise ValueError(f"budget slices must be one of {SLICE_COUNTS}, got {slices}")
         self.redis = redis
         self._fast = fast
         self.retention_ms = retention_ms
@@ -188,6 +211,8 @@ class HotState:
         #: Write new offers packed (`rest`, see offer_from_hash), else every field on its own;
         #: both forms are read either way.
         self.packed_offers = packed_offers
+        #: How many shards each campaign's budget is split over (BUDGET_SLICES).
+        self.slices = slices
 
         def script(name: str) -> _Script:
             source = _load(name)
@@ -199,6 +224,11 @@ class HotState:
         self._loss = script("loss.lua")
         self._track = script("track.lua")
         self._playout = script("playout.lua")
+        # Budget slices: moves between a campaign's slices (grant, take back, credit).
+        self._grant = script("grant.lua")
+        self._grant_daily = script("grant_daily.lua")
+        self._take = script("take.lua")
+        self._credit = script("credit.lua")
         # Inventory syncs and top-ups are not the hot path: over the redis-py client.
         self._sync_totals = _ClientScript(redis, _load("sync_totals.lua"))
         self._top_up = _ClientScript(redis, _load("top_up.lua"))
@@ -230,9 +260,66 @@ class HotState:
         """Create an offer and reserve its price; refuse when a budget or the cap is reached.
 
         No record is queued: the open offer lives in Redis only, and its outcome's record
-        carries it to Postgres.
+        carries it to Postgres. With budget slices the reservation is made on the screen's
+        slice (the offer id carries its shard); a slice short of allowance (of the total, or
+        of today's daily limit) gets a grant from the home (taken back from the other slices
+        when the home is short) and tries again, at most twice.
         """
-        shard = campaign.shard
+        daily = campaign.daily_budget_micros
+        slices = self.slices
+        home = campaign.shard
+        shard = home if slices == 1 else slice_shards(home, slices)[slice_index(screen_id, slices)]
+        result = await self._reserve_on(
+            shard, daily, campaign, price_micros, screen_id, now, expires_at, fields
+        )
+        if slices == 1:
+            return result
+        home_seen: Budget | None = None
+        funded: bool | None = True
+        # At most two grants: the total's, then today's (a campaign with a daily limit).
+        for _ in range(2):
+            if not isinstance(result, Refused):
+                break
+            reason = result.reason
+            short_by = price_micros - max(result.free, 0)
+            daily_short = "daily_budget" if shard == home else "slice_daily"
+            if reason in (("budget",) if shard == home else ("slice_budget", "unknown_campaign")):
+                funded, seen = await self._fund(campaign.id, home, shard, short_by, price_micros)
+                home_seen = seen or home_seen
+            elif daily is not None and reason == daily_short:
+                funded = await self._fund_daily(
+                    campaign.id, home, shard, short_by, price_micros, daily, day_of(now)
+                )
+            else:
+                break
+            if not funded:
+                break
+            result = await self._reserve_on(
+                shard, daily, campaign, price_micros, screen_id, now, expires_at, fields
+            )
+        if isinstance(result, Reserved) and home_seen is not None and shard != home:
+            result = msgspec.structs.replace(result, home_budget=home_seen)
+        if isinstance(result, Refused) and result.reason in ("slice_budget", "unknown_campaign"):
+            # Every slice together has less free than the price, or the home does not know
+            # the campaign (then neither does any slice).
+            if funded is None:
+                return Refused("unknown_campaign", None, shard)
+            return Refused("budget", result.budget, shard)
+        if isinstance(result, Refused) and result.reason == "slice_daily":
+            return Refused("daily_budget", result.budget, shard)
+        return result
+
+    async def _reserve_on(
+        self,
+        shard: int,
+        daily: int | None,
+        campaign: CampaignInfo,
+        price_micros: int,
+        screen_id: str,
+        now: datetime,
+        expires_at: datetime,
+        fields: Mapping[str, str],
+    ) -> Reserved | Refused:
         offer_id = new_id(shard)
         utc = now.astimezone(UTC)
         hour = hour_of(utc)
@@ -254,7 +341,7 @@ class HotState:
         argv: list[Arg] = [
             campaign.id,
             price_micros,
-            -1 if campaign.daily_budget_micros is None else campaign.daily_budget_micros,
+            -1 if daily is None else daily,
             -1
             if campaign.max_plays_per_screen_per_hour is None
             else campaign.max_plays_per_screen_per_hour,
@@ -280,7 +367,8 @@ class HotState:
         ]
         result = await self._reserve(keys, argv)
         if int(result[0]) == 1:
-            return Reserved(offer_id, Budget(int(result[1]), int(result[2]), int(result[3])))
+            made = Budget(int(result[1]), int(result[2]), int(result[3]))
+            return Reserved(offer_id, made, shard)
         reason = _text(result[1])
         if reason == "late":
             raise _late()
@@ -289,7 +377,165 @@ class HotState:
             if reason == "unknown_campaign"
             else Budget(int(result[2]), int(result[3]), int(result[4]))
         )
-        return Refused(reason, budget)
+        return Refused(reason, budget, shard, int(result[5]) if len(result) > 5 else 0)
+
+    async def _fund(
+        self, campaign_id: str, home: int, shard: int, need: int, price: int
+    ) -> tuple[bool | None, Budget | None]:
+        """Give the slice on `shard` at least `need` more free budget (what its reservation
+        lacks): a grant from the home, after taking unused allowance back from the other
+        slices when the home is short (for the home's own slice, only that). False when the
+        slices together lack it; None when the home does not know the campaign. Also the
+        home's budget part, when a grant was asked for."""
+        if shard != home:
+            granted, seen = await self._grant_to(campaign_id, home, shard, need, price)
+            if granted != 0:
+                return (None if granted < 0 else True), seen
+        back = await self.reclaim(campaign_id, home, need, exclude=shard)
+        if shard == home:
+            return back > 0, None  # the reservation tries again on the home
+        granted, seen = await self._grant_to(campaign_id, home, shard, need, price)
+        return (None if granted < 0 else granted > 0), seen
+
+    async def _fund_daily(
+        self,
+        campaign_id: str,
+        home: int,
+        shard: int,
+        need: int,
+        price: int,
+        limit: int,
+        day: str,
+    ) -> bool:
+        """`_fund` for today's part of a daily limit: a grant of it from the home's day hash
+        to the slice's (`dg`, then `da`), after taking unused daily allowance back from the
+        other slices when the home is short. False when the slices together lack it."""
+        if shard != home and await self._grant_daily_to(
+            campaign_id, home, shard, need, price, limit, day
+        ):
+            return True
+        back = await self.reclaim(campaign_id, home, need, exclude=shard, day=day)
+        if shard == home:
+            return back > 0
+        return await self._grant_daily_to(campaign_id, home, shard, need, price, limit, day)
+
+    async def _grant_daily_to(
+        self,
+        campaign_id: str,
+        home: int,
+        shard: int,
+        need: int,
+        price: int,
+        limit: int,
+        day: str,
+    ) -> bool:
+        await self._connected(home)
+        granted = int(
+            await self._grant_daily(
+                [day_key(home, day)], [campaign_id, need, self.slices, limit, price]
+            )
+        )
+        if granted > 0:
+            await self._connected(shard)
+            await self._credit([day_key(shard, day)], [campaign_id, granted, 0, "da"])
+        return granted > 0
+
+    async def _grant_to(
+        self, campaign_id: str, home: int, shard: int, need: int, price: int
+    ) -> tuple[int, Budget | None]:
+        """Grant a chunk of the home's free budget to the slice on `shard` (money leaves the
+        home first, then the slice is credited): the amount (0 when the home has less free
+        than `need`, -1 when it does not know the campaign) and the home's budget part."""
+        await self._connected(home)
+        granted, deadline, total, reserved, spent = await self._grant(
+            [budget_key(home)], [campaign_id, need, self.slices, MOVE_WINDOW_MS, price]
+        )
+        if int(granted) > 0:
+            await self._connected(shard)
+            await self._credit([budget_key(shard)], [campaign_id, int(granted), deadline, "a"])
+        seen = None if int(granted) < 0 else Budget(int(total), int(reserved), int(spent))
+        return int(granted), seen
+
+    async def _allowances(
+        self, campaign_id: str, home: int, day: str | None = None
+    ) -> dict[int, tuple[int, int]]:
+        """(allowance, free) of the campaign on every shard but its home that holds one: of
+        its total, or with `day` of that day's limit."""
+        others = [shard for shard in range(SHARDS) if shard != home]
+        field = "a" if day is None else "da"
+        names = [f"{campaign_id}:{part}" for part in (field, "r", "s")]
+        keys = [budget_key(s) if day is None else day_key(s, day) for s in others]
+        raw: list[Any]
+        if self._fast is not None:  # the hot path's connection, and its strict timeout
+            fast = self._fast
+            await self._connected(home)
+            raw = await asyncio.gather(*[fast.execute_keyed(k, "HMGET", k, *names) for k in keys])
+        else:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hmget(key, names)
+                raw = await pipe.execute()
+        found = {}
+        for shard, (allowance, reserved, spent) in zip(others, raw, strict=True):
+            if allowance is not None:
+                a = int(allowance)
+                found[shard] = (a, a - int(reserved or 0) - int(spent or 0))
+        return found
+
+    async def reclaim(
+        self,
+        campaign_id: str,
+        home: int,
+        want: int,
+        *,
+        exclude: int = -1,
+        force: bool = False,
+        day: str | None = None,
+    ) -> int:
+        """Take up to `want` of the campaign's allowances back to its home, most free first
+        (each amount leaves its slice first, then the home's `g` drops); with `day`, of that
+        day's daily allowances (`da` back to `dg`). `force` also takes what backs open
+        reservations (a lowered total, `shrink`). Returns what came back."""
+        found = await self._allowances(campaign_id, home, day)
+        field = "a" if day is None else "da"
+        order = sorted(found.items(), key=lambda item: -item[1][0 if force else 1])
+        back = 0
+        for shard, (allowance, free) in order:
+            if back >= want:
+                break
+            if shard == exclude or (allowance if force else free) <= 0:
+                continue
+            await self._connected(shard)
+            source = budget_key(shard) if day is None else day_key(shard, day)
+            taken, deadline = await self._take(
+                [source],
+                [campaign_id, want - back, "1" if force else "0", MOVE_WINDOW_MS, field],
+            )
+            if int(taken) > 0:
+                await self._connected(home)
+                target = budget_key(home) if day is None else day_key(home, day)
+                back_to = "g" if day is None else "dg"
+                await self._credit([target], [campaign_id, int(taken), deadline, back_to])
+                back += int(taken)
+        return back
+
+    async def shrink(self, campaign_id: str) -> int:
+        """After the total was lowered below what the campaign's slices hold (granted,
+        reserved, spent), take allowances back until it is not: unused allowance first, then
+        what backs open reservations (those slices then refuse accepts past what they keep).
+        Returns what came back."""
+        home = campaign_shard(campaign_id)
+        names = [f"{campaign_id}:{part}" for part in ("t", "g", "r", "s")]
+        total, granted, reserved, spent = (
+            int(v or 0) for v in await self.redis.hmget(budget_key(home), names)
+        )
+        over = granted + reserved + spent - total
+        if over <= 0 or granted <= 0:
+            return 0
+        back = await self.reclaim(campaign_id, home, min(over, granted))
+        if back < min(over, granted):
+            back += await self.reclaim(campaign_id, home, min(over, granted) - back, force=True)
+        return back
 
     async def respond(
         self,
@@ -342,7 +588,7 @@ class HotState:
             )
         code = None if result[2] is None else _text(result[2])
         budget = Budget(int(result[3]), int(result[4]), int(result[5]))
-        return Answered(_text(result[1]), deal_id, code, budget)
+        return Answered(_text(result[1]), deal_id, code, budget, shard)
 
     async def expire_due(self, now: datetime, limit: int = 500) -> dict[str, int]:
         """Expire the offers past their time (`limit` a shard); how many this call expired, by
@@ -495,9 +741,14 @@ class HotState:
         for campaign_id, (shard, total) in totals.items():
             by_shard.setdefault(shard, []).extend((campaign_id, total))
         kept = 0
+        short: list[str] = []
         for shard, pairs in by_shard.items():
             args: list[Arg] = [version, 1 if force else 0, *pairs]
-            kept += int(await self._sync_totals([budget_key(shard)], args))
+            answer = await self._sync_totals([budget_key(shard)], args)
+            kept += int(answer[0])
+            short += [_text(cid) for cid in answer[1:]]
+        for campaign_id in short:  # totals lowered below what the slices hold
+            await self.shrink(campaign_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             code_map = {f"{adv}:{pub}": code for (adv, pub), code in codes.items()}
             for shard in range(SHARDS):
@@ -526,23 +777,104 @@ class HotState:
         self, now: datetime, shards: Iterable[int] = range(SHARDS)
     ) -> dict[str, Budget]:
         """The live budget (total, reserved, spent, and today's reserved/spent) of every
-        campaign of `shards` (default: all)."""
+        campaign of `shards` (default: all), summed over its budget slices among `shards`: a
+        campaign whose home is among them counts when its total is set there; one whose home
+        is not (a read of its other slices only) counts with what its slices there hold and a
+        total of 0. Read shard by shard, each shard's figures are the parts the budget view
+        sums (BUDGET_SLICES)."""
+        shards = list(shards)
+        by_campaign: dict[str, dict[int, Budget]] = {}
+        for shard, found in (await self.read_budget_parts(now, shards)).items():
+            for campaign_id, part in found.items():
+                by_campaign.setdefault(campaign_id, {})[shard] = part
+        budgets = {}
+        for campaign_id, slices in by_campaign.items():
+            home = campaign_shard(campaign_id)
+            budget = sum_parts(home, slices) if home in shards else add_parts(slices.values())
+            if budget is not None:
+                budgets[campaign_id] = budget
+        return budgets
+
+    async def read_budget_parts(
+        self, now: datetime, shards: Iterable[int] = range(SHARDS)
+    ) -> dict[int, dict[str, Budget]]:
+        """Each shard's part of its campaigns' budgets: shard -> campaign id -> that budget
+        slice's figures, the total on the campaign's home (only where a total is set), 0 on
+        its other slices."""
         today = day_of(now)
+        shards = list(shards)
         async with self.redis.pipeline(transaction=False) as pipe:
             for shard in shards:
                 pipe.hgetall(budget_key(shard))
                 pipe.hgetall(day_key(shard, today))
             raw = await pipe.execute()
-        fields: dict[str, dict[str, int]] = {}
-        for index in range(0, len(raw), 2):
-            for key, value in raw[index].items():
+        out: dict[int, dict[str, Budget]] = {}
+        for number, shard in enumerate(shards):
+            fields: dict[str, dict[str, int]] = {}
+            for key, value in raw[2 * number].items():
                 campaign_id, _, part = _text(key).rpartition(":")
                 fields.setdefault(campaign_id, {})[part] = int(value)
-            for key, value in raw[index + 1].items():
+            for key, value in raw[2 * number + 1].items():
                 campaign_id, _, part = _text(key).rpartition(":")
                 fields.setdefault(campaign_id, {})["d" + part] = int(value)
-        return {
-            cid: Budget(f.get("t", 0), f.get("r", 0), f.get("s", 0), f.get("dr", 0), f.get("ds", 0))
-            for cid, f in fields.items()
-            if "t" in f
-        }
+            out[shard] = {
+                cid: Budget(
+                    f.get("t", 0), f.get("r", 0), f.get("s", 0), f.get("dr", 0), f.get("ds", 0)
+                )
+                for cid, f in fields.items()
+                if ("t" in f if campaign_shard(cid) == shard else ("a" in f or "r" in f))
+            }
+        return out
+
+    async def read_home_parts(
+        self, now: datetime, shard: int, campaign_ids: Iterable[str]
+    ) -> dict[str, Budget]:
+        """The home parts on `shard` of the campaigns named (those whose home it is), read by
+        name: with budget slices each shard's hash holds a part of every campaign, and reading
+        only the home parts between whole reads keeps the budget refresh's cost that of one
+        slice."""
+        ids = list(campaign_ids)
+        if not ids:
+            return {}
+        today = day_of(now)
+        names = [f"{cid}:{part}" for cid in ids for part in ("t", "r", "s")]
+        daily = [f"{cid}:{part}" for cid in ids for part in ("r", "s")]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(budget_key(shard), names)
+            pipe.hmget(day_key(shard, today), daily)
+            counters, days = await pipe.execute()
+        found = {}
+        for number, cid in enumerate(ids):
+            total, reserved, spent = counters[3 * number : 3 * number + 3]
+            if total is None:
+                continue
+            dr, ds = days[2 * number : 2 * number + 2]
+            found[cid] = Budget(
+                int(total), int(reserved or 0), int(spent or 0), int(dr or 0), int(ds or 0)
+            )
+        return found
+
+    async def read_campaign_parts(self, campaign_id: str, now: datetime) -> dict[int, Budget]:
+        """One campaign's budget slices, read on every shard (whatever BUDGET_SLICES is):
+        shard -> part, as `read_budget_parts` gives them."""
+        home = campaign_shard(campaign_id)
+        today = day_of(now)
+        names = [f"{campaign_id}:{part}" for part in ("t", "r", "s", "a")]
+        daily = [f"{campaign_id}:r", f"{campaign_id}:s"]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in range(SHARDS):
+                pipe.hmget(budget_key(shard), names)
+                pipe.hmget(day_key(shard, today), daily)
+            raw = await pipe.execute()
+        parts = {}
+        for shard in range(SHARDS):
+            (total, reserved, spent, allowance), (dr, ds) = raw[2 * shard], raw[2 * shard + 1]
+            if (total is not None) if shard == home else (allowance or reserved) is not None:
+                parts[shard] = Budget(
+                    int(total or 0),
+                    int(reserved or 0),
+                    int(spent or 0),
+                    int(dr or 0),
+                    int(ds or 0),
+                )
+        return parts

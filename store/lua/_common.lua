@@ -1,6 +1,11 @@
 -- Shared helpers, prepended to every script at load time (see store/hot/state.py).
 -- Amounts are integer micro-cents. Budget fields of a campaign live in the shard's hash:
 --   <cid>:t total, <cid>:r reserved, <cid>:s spent; per UTC day <cid>:r and <cid>:s in day hashes.
+-- A campaign whose budget is split into slices (BUDGET_SLICES, docs/architecture.md "Budget
+-- slices") has <cid>:t and <cid>:g (granted to its other slices) on its home shard only, and
+-- <cid>:a (the allowance granted to it) on each other slice's shard; every slice has its own
+-- :r and :s. What a slice may hold reserved and spent: t - g on the home, a on another slice;
+-- of a daily limit, today: limit - dg on the home, da on another slice (day hash fields).
 
 local function num(v)
   if v == false or v == nil then return 0 end
@@ -15,6 +20,12 @@ local function too_late(deadline)
   if deadline <= 0 then return false end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > deadline
+end
+
+-- Redis' clock in epoch ms.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
 local function hash_to_table(flat)
@@ -64,9 +75,12 @@ end
 -- True when spending `amount` more would take the campaign past its total. A reservation was
 -- checked against the total when it was made, so this happens only when an operator lowered
 -- the total below what was already reserved: the reservation cannot be honoured any more.
+-- On a budget slice, the slice's own part stands for the total (t - g on the home, the
+-- allowance a elsewhere): a lowered total takes allowances back (HotState.shrink).
 local function over_total(budget_key, cid, amount)
-  local b = redis.call('HMGET', budget_key, cid .. ':t', cid .. ':s')
-  return b[1] ~= false and num(b[2]) + amount > num(b[1])
+  local b = redis.call('HMGET', budget_key, cid .. ':t', cid .. ':s', cid .. ':g', cid .. ':a')
+  if b[1] ~= false then return num(b[2]) + amount > num(b[1]) - num(b[3]) end
+  return b[4] ~= false and num(b[2]) + amount > num(b[4])
 end
 
 local function day_key_for(offer, today_key, yesterday_key, today, yesterday)

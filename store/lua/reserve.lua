@@ -8,18 +8,37 @@
 --       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms, 9 offer id,
 --       10 deadline (epoch ms, 0: none; see too_late), 11.. offer field/value pairs (the offer
 --       hash, `status` added)
--- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}.
+-- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}, the refusals
+-- 'budget', 'slice_budget', 'daily_budget' and 'slice_daily' followed by what the slice has
+-- free of it. On a budget
+-- slice other than the home, total is 0 and a slice without enough allowance answers
+-- 'slice_budget', one never granted any 'unknown_campaign' (either way the caller asks the
+-- home for a grant, grant.lua), one short of today's allowance 'slice_daily' (grant_daily.lua).
 if too_late(ARGV[10]) then return {0, 'late', 0, 0, 0} end
 local cid, price = ARGV[1], tonumber(ARGV[2])
 local daily_limit, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
-local b = redis.call('HMGET', KEYS[1], cid .. ':t', cid .. ':r', cid .. ':s')
-if b[1] == false then return {0, 'unknown_campaign', 0, 0, 0} end
+local b = redis.call('HMGET', KEYS[1], cid .. ':t', cid .. ':r', cid .. ':s', cid .. ':g',
+                     cid .. ':a')
 local total, reserved, spent = num(b[1]), num(b[2]), num(b[3])
-if total - reserved - spent < price then return {0, 'budget', total, reserved, spent} end
+if b[1] ~= false then
+  local free = total - num(b[4]) - reserved - spent
+  if free < price then return {0, 'budget', total, reserved, spent, free} end
+elseif b[5] == false then
+  return {0, 'unknown_campaign', 0, 0, 0}
+elseif num(b[5]) - reserved - spent < price then
+  return {0, 'slice_budget', 0, reserved, spent, num(b[5]) - reserved - spent}
+end
 if daily_limit >= 0 then
-  local d = redis.call('HMGET', KEYS[2], cid .. ':r', cid .. ':s')
-  if daily_limit - num(d[1]) - num(d[2]) < price then
-    return {0, 'daily_budget', total, reserved, spent}
+  -- With slices the home's share of today's limit is what it did not grant (`dg`), another
+  -- slice's is its daily allowance (`da`), both in the day hash.
+  local d = redis.call('HMGET', KEYS[2], cid .. ':r', cid .. ':s', cid .. ':dg', cid .. ':da')
+  local used = num(d[1]) + num(d[2])
+  if b[1] ~= false then
+    if daily_limit - num(d[3]) - used < price then
+      return {0, 'daily_budget', total, reserved, spent, daily_limit - num(d[3]) - used}
+    end
+  elseif num(d[4]) - used < price then
+    return {0, 'slice_daily', 0, reserved, spent, num(d[4]) - used}
   end
 end
 local freq_field = cid .. ':' .. ARGV[5]

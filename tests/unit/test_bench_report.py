@@ -176,6 +176,21 @@ def test_budget_checks_find_each_kind_of_imbalance() -> None:
     assert all(c.ok for c in budget_checks({"a": fine}, {"a": 100}, {"a": 20}))
 
 
+def test_budget_checks_find_a_budget_slice_over_what_it_holds() -> None:
+    # The campaign's sums fit its total, but one slice holds more than its allowance, or the
+    # slices hold more allowance than the home granted.
+    slice_over = CampaignBudget(total=100, reserved=30, spent=20, open_offers=30, over_slices=[4])
+    granted_under = CampaignBudget(
+        total=100, reserved=30, spent=20, open_offers=30, granted=10, allowances=40
+    )
+    for budget in (slice_over, granted_under):
+        checks = {c.name: c.ok for c in budget_checks({"a": budget}, {"a": 100}, {"a": 20})}
+        assert (
+            checks["every campaign: reserved >= 0, spent >= 0, reserved + spent <= total"] is False
+        )
+        assert sum(not ok for ok in checks.values()) == 1
+
+
 def test_shape_checks() -> None:
     offer = {
         "offer_id": "o",

@@ -276,3 +276,30 @@ def test_each_group_reads_its_own_settings() -> None:
     problems.clear()
     assert RecordSettings.load({}, problems) == RecordSettings(writer=True, batch_size=500)
     assert problems == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "url", "given", "slices"),
+    [
+        ("single", "redis://cache.internal:6379/0", None, 1),
+        # An older worker would reserve the grants again: slices are the operator's choice.
+        ("cluster", "redis://c1:7000,redis://c2:7000", None, 1),
+        ("cluster", "redis://c1:7000,redis://c2:7000", "16", 16),
+        ("single", "redis://cache.internal:6379/0", "4", 4),
+    ],
+)
+def test_budget_slices_default_to_one_and_take_what_the_operator_sets(
+    mode: str, url: str, given: str | None, slices: int
+) -> None:
+    env = {**VALID, "REDIS_MODE": mode, "REDIS_URL": url}
+    if given is not None:
+        env["BUDGET_SLICES"] = given
+    assert load_settings(env).redis.budget_slices == slices
+
+
+@pytest.mark.parametrize("value", ["0", "3", "32", "-1", "many"])
+def test_budget_slices_must_divide_the_16_shards(value: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({**VALID, "BUDGET_SLICES": value})
+    assert len(caught.value.problems) == 1
+    assert "BUDGET_SLICES" in caught.value.problems[0]
