@@ -1,23 +1,22 @@
-"""The BidRequest as this interface reads it: msgspec "view" Structs holding only the fields used,
-and the validation rules in the order of docs/contract.md#6-openrtb-path.
+"""The BidRequest as this interface reads it: the body decoded once into a plain JSON tree
+(numbers that are not integers as `Decimal`, never as binary floats), checked for duplicate
+keys on that same tree, and judged by the validation rules in the order of
+docs/contract.md#6-openrtb-path.
 
-Containers (the request, `imp`, `video`, `pmp`, `qty`, `ext`) are typed for the fast path. A
-well-formed body that does not fit them is read again as a plain JSON tree and a container of
-the wrong type counts against the rule that reads it (`"video": "x"` is `NO_VIDEO_OBJECT`,
-`"imp": [{...}, "x"]` is `MULTI_IMP_NOT_SUPPORTED`, `"qty": 5` is `NO_TOTAL_AUDIENCE`): the
-contract (docs/contract.md#6-openrtb-path) keeps `INVALID_REQUEST` for malformed JSON. The leaves a
-rule looks at are decoded untyped and judged by that rule, so `"w": "1920"` is `NO_RESOLUTION` and
-`"at": "3"` is `NOT_FIXED_PRICE`, each in its place in the order. Numbers decode as `Decimal`, never
-as binary floats.
+A container of the wrong type counts against the rule that reads it (`"video": "x"` is
+`NO_VIDEO_OBJECT`, `"imp": [{...}, "x"]` is `MULTI_IMP_NOT_SUPPORTED`, `"qty": 5` is
+`NO_TOTAL_AUDIENCE`): the contract (docs/contract.md#6-openrtb-path) keeps `INVALID_REQUEST` for
+malformed JSON. The leaves a rule looks at are judged by that rule, so `"w": "1920"` is
+`NO_RESOLUTION` and `"at": "3"` is `NOT_FIXED_PRICE`, each in its place in the order.
 
-Those leaves come from the JSON decoder, so their types are exact (a `true` is a `bool`, never
-an `int`; a number is an `int` or a `Decimal`): the checks compare `type(...)`, which costs less
-than `isinstance` on the bid path.
+The tree comes from the JSON decoder, so its types are exact (a `true` is a `bool`, never an
+`int`; a number is an `int` or a `Decimal`; an object a `dict`, an array a `list`): the checks
+compare `type(...)`, which costs less than `isinstance` on the bid path.
 """
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any, TypeGuard
 
 import msgspec
@@ -26,7 +25,7 @@ from bidder.errors import UNREADABLE_JSON, BadRequest
 from bidder.json_keys import refuse_duplicate_keys
 from matching.inventory import DEFAULT_CATTAX
 from matching.json_numbers import JSON_INT_OUT_OF_RANGE, json_tree_with_big_integers
-from matching.money import decimal_places, json_decimal
+from matching.money import json_decimal
 
 FIXED_PRICE = 3
 #: Audiences at or above this are refused (NO_TOTAL_AUDIENCE), the bound of a screen's own
@@ -44,64 +43,20 @@ AUDIENCE_QUANTUM = Decimal(10) ** -18
 MAX_ID_CHARS = 256
 
 
-class Video(msgspec.Struct):
-    w: Any = None
-    h: Any = None
-    mimes: Any = None
-
-
-class Pmp(msgspec.Struct):
-    deals: Any = None
-
-
-class Qty(msgspec.Struct):
-    multiplier: Any = None
-
-
-class ImpExt(msgspec.Struct):
-    totalaud: Any = None
-
-
-class Imp(msgspec.Struct):
-    id: Any = None
-    tagid: Any = None
-    exp: Any = None
-    video: Video | None = None
-    banner: Any = None
-    pmp: Pmp | None = None
-    qty: Qty | None = None
-    ext: ImpExt | None = None
-
-
-#: A container the request does not have (msgspec's Raw takes no union with None).
-_ABSENT = msgspec.Raw()
-
-
-class BidRequestView(msgspec.Struct):
-    id: Any = None
-    at: Any = None
-    imp: list[Imp] | None = None
-    #: Kept as their JSON text, read only when targeting needs them (`venue_types_of`,
-    #: `location_of`): most requests' screens carry their own venue and place.
-    dooh: msgspec.Raw = _ABSENT
-    device: msgspec.Raw = _ABSENT
-    test: Any = None
-    cur: Any = None
-    badv: Any = None
-    bcat: Any = None
-    cattax: Any = None
-
-
 class IdView(msgspec.Struct):
     """Just the request id, for answers given before the request is judged (nbr 1)."""
 
     id: Any = None
 
 
-_decoder = msgspec.json.Decoder(BidRequestView, float_hook=json_decimal)
-_tree_decoder = msgspec.json.Decoder(float_hook=json_decimal)
+# Numbers that are not integers as Decimal, by the C type itself: `json_decimal` (a Python
+# call per number) only for the rare body with an exponent Decimal cannot hold.
+_decoder = msgspec.json.Decoder(float_hook=Decimal)
+_exact_decoder = msgspec.json.Decoder(float_hook=json_decimal)
 _id_decoder = msgspec.json.Decoder(IdView)
 _encoder = msgspec.json.Encoder(decimal_format="number")
+#: An impression that is no object reads as one without fields.
+_NO_FIELDS: dict[str, Any] = {}
 
 
 #: The one currency this interface bids in (`cur` of every answer).
@@ -136,10 +91,10 @@ class BidAsk(msgspec.Struct, frozen=True):
     blocked_domains: tuple[str, ...] | None = ()
     blocked_categories: tuple[str, ...] | None = ()
     cattax: int = DEFAULT_CATTAX
-    #: The request's `dooh` and `device` as sent (JSON text); `venue_types_of` and
-    #: `location_of` read them.
-    dooh: msgspec.Raw = _ABSENT
-    device: msgspec.Raw = _ABSENT
+    #: The request's `dooh` and `device` as decoded (anything sent; None when absent);
+    #: `venue_types_of` and `location_of` read them.
+    dooh: Any = None
+    device: Any = None
 
 
 def _invalid(code: str, message: str, **details: Any) -> BadRequest:
@@ -186,90 +141,27 @@ def _object(value: Any) -> dict[str, Any] | None:
     return value if type(value) is dict else None
 
 
-def _lenient_view(tree: Any) -> BidRequestView:
-    """The view of a well-formed body the typed decode refused: a container of the wrong type
-    reads as absent (a `qty` that is no object as one without a multiplier: it was sent, so
-    there is no fallback to `ext.totalaud`), and `imp` that is no array as no impression."""
-    request = _object(tree)
-    if request is None:
-        raise _invalid("INVALID_REQUEST", "The body is not a BidRequest (a JSON object)")
-    raw_imps = request.get("imp")
-    imps: list[Imp] | None = None
-    if type(raw_imps) is list:
-        # Only the count matters unless there is exactly one (a 1 MB `[1, 1, ...]` must not
-        # become half a million Imps).
-        imps = [_lenient_imp(raw_imps[0])] if len(raw_imps) == 1 else [Imp()] * len(raw_imps)
-    return BidRequestView(
-        id=request.get("id"),
-        at=request.get("at"),
-        imp=imps,
-        test=request.get("test"),
-        cur=request.get("cur"),
-        badv=request.get("badv"),
-        bcat=request.get("bcat"),
-        cattax=request.get("cattax"),
-        dooh=_as_raw(request.get("dooh")),
-        device=_as_raw(request.get("device")),
-    )
-
-
-def _as_raw(value: Any) -> msgspec.Raw:
-    """A container of a body read as a tree, as the typed decode keeps it (JSON text)."""
-    return _ABSENT if value is None else msgspec.Raw(_encoder.encode(value))
-
-
-def _lenient_imp(value: Any) -> Imp:
-    imp = _object(value)
-    if imp is None:
-        return Imp()
-    video, pmp, qty, ext = (_object(imp.get(name)) for name in ("video", "pmp", "qty", "ext"))
-    return Imp(
-        id=imp.get("id"),
-        tagid=imp.get("tagid"),
-        exp=imp.get("exp"),
-        video=(
-            Video(video.get("w"), video.get("h"), video.get("mimes")) if video is not None else None
-        ),
-        banner=imp.get("banner"),
-        pmp=Pmp(pmp.get("deals")) if pmp is not None else None,
-        qty=Qty(qty.get("multiplier")) if qty is not None else _sent(imp.get("qty")),
-        ext=ImpExt(ext.get("totalaud")) if ext is not None else None,
-    )
-
-
-def _sent(qty: Any) -> Qty | None:
-    """A `qty` that is no object: absent when null (as on the fast path), else sent without a
-    valid multiplier."""
-    return None if qty is None else Qty()
-
-
 def parse_bid_request(body: bytes) -> BidAsk:
     """Decode and validate a BidRequest; raise BadRequest with the first failing rule's code."""
     if not body.isascii():
-        # msgspec checks the UTF-8 of the strings it reads, not of those it skips (fields the
-        # service does not use): invalid UTF-8 anywhere is malformed JSON (RFC 8259 8.1).
+        # msgspec checks the UTF-8 of the strings it reads, not of those it skips: invalid
+        # UTF-8 anywhere is malformed JSON (RFC 8259 8.1).
         try:
             body.decode("utf-8")
         except UnicodeDecodeError:
             raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
-    try:
-        request = _decoder.decode(body)
-    except msgspec.ValidationError:  # well-formed so far, but not of the view's shape
-        tree = _tree(body)
-        refuse_duplicate_keys(body, tree, code="INVALID_REQUEST")
-        return _judge(_lenient_view(tree))
-    except UNREADABLE_JSON:
-        raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
+    request = _tree(body)
     # Valid JSON: one reading of it only (`{"imp": [...], "imp": []}` is refused).
-    refuse_duplicate_keys(body, code="INVALID_REQUEST")
+    refuse_duplicate_keys(body, request, code="INVALID_REQUEST")
     return _judge(request)
 
 
 def _tree(body: bytes) -> Any:
-    """The body as a plain JSON tree; malformed JSON past the point where the typed decode
-    stopped is still `INVALID_REQUEST`."""
+    """The body as a plain JSON tree; malformed JSON is `INVALID_REQUEST`."""
     try:
-        return _tree_decoder.decode(body)
+        return _decoder.decode(body)
+    except InvalidOperation:  # a number whose exponent Decimal cannot hold
+        return _exact_tree(body)
     except msgspec.ValidationError as exc:
         if JSON_INT_OUT_OF_RANGE in str(exc):
             return _tree_with_big_integers(body)
@@ -278,82 +170,110 @@ def _tree(body: bytes) -> Any:
         raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
 
 
-def _judge(request: BidRequestView) -> BidAsk:
+def _exact_tree(body: bytes) -> Any:
+    """The tree of a body holding a number such as `1e99999999999999999999`, read by
+    `json_decimal` (as the furthest exponent Decimal holds)."""
+    try:
+        return _exact_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        if JSON_INT_OUT_OF_RANGE in str(exc):
+            return _tree_with_big_integers(body)
+        raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
+    except UNREADABLE_JSON:
+        raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
+
+
+def _judge(request: Any) -> BidAsk:
     """The rules of docs/contract.md#6-openrtb-path, in their order, on a decoded request; then what
     the service also needs of a request that passes them all (its and its impression's `id`, a
     `video.mimes` it can read), `INVALID_REQUEST` like malformed JSON. The contract puts only
     malformed JSON before its codes, so a request with two impressions and no `id` is
-    `MULTI_IMP_NOT_SUPPORTED`."""
-    imps = request.imp or []
-    if len(imps) != 1:
+    `MULTI_IMP_NOT_SUPPORTED`. A container of the wrong type reads as absent (a `qty` that is
+    no object as one without a multiplier: it was sent, so there is no fallback to
+    `ext.totalaud`), and `imp` that is no array as no impression."""
+    if type(request) is not dict:
+        raise _invalid("INVALID_REQUEST", "The body is not a BidRequest (a JSON object)")
+    get = request.get
+    imps = get("imp")
+    if type(imps) is not list or len(imps) != 1:
+        count = len(imps) if type(imps) is list else 0
         raise _invalid(
             "MULTI_IMP_NOT_SUPPORTED",
-            f"Exactly one impression is supported, got {len(imps)}",
-            imp_count=len(imps),
+            f"Exactly one impression is supported, got {count}",
+            imp_count=count,
         )
     imp = imps[0]
-    _check_fixed_price(request.at, imp)
+    if type(imp) is not dict:
+        imp = _NO_FIELDS
+    pmp = imp.get("pmp")
+    deals = pmp.get("deals") if type(pmp) is dict else None
+    _check_fixed_price(get("at"), deals)
 
-    if not _id_string(imp.tagid):
+    tagid = imp.get("tagid")
+    if not _id_string(tagid):
         raise _invalid(
             "NO_EXTERNAL_SCREEN_ID",
             f"imp[0].tagid (the external screen id) is required: a string of 1 to {MAX_ID_CHARS} "
             "characters",
         )
 
-    video = imp.video
-    if video is None or imp.banner is not None:
+    video, banner = imp.get("video"), imp.get("banner")
+    if type(video) is not dict or banner is not None:
         raise _invalid(
             "NO_VIDEO_OBJECT",
             "imp[0].video is required and imp[0].banner is not supported",
-            video=video is not None,
-            banner=imp.banner is not None,
+            video=type(video) is dict,
+            banner=banner is not None,
         )
-    if not (_is_int(video.w) and _is_int(video.h) and video.w > 0 and video.h > 0):
+    width, height = video.get("w"), video.get("h")
+    if not (type(width) is int and type(height) is int and width > 0 and height > 0):
         raise _invalid(
             "NO_RESOLUTION", "imp[0].video.w and imp[0].video.h must be positive integers"
         )
-    deal = _first_deal(imp)
+    deal_id, bidfloor, floor_currency = _first_deal(deals)
     audience, floor_audience = _audience(imp)
 
-    if not _id_string(request.id):
+    request_id = get("id")
+    if not _id_string(request_id):
         raise _invalid(
             "INVALID_REQUEST",
             f"BidRequest.id is required: a string of 1 to {MAX_ID_CHARS} characters",
         )
-    if not _id_string(imp.id):
+    imp_id = imp.get("id")
+    if not _id_string(imp_id):
         raise _invalid(
             "INVALID_REQUEST", f"imp[0].id is required: a string of 1 to {MAX_ID_CHARS} characters"
         )
-    mimes = _mimes(video.mimes)
-    cur, test, cattax, badv, bcat = (
-        request.cur,
-        request.test,
-        request.cattax,
-        request.badv,
-        request.bcat,
+    mimes = _mimes(video.get("mimes"))
+    cur, test, cattax, badv, bcat, exp = (
+        get("cur"),
+        get("test"),
+        get("cattax"),
+        get("badv"),
+        get("bcat"),
+        imp.get("exp"),
     )
     # Positional, in BidAsk's field order: the bid path makes one per request.
     return BidAsk(
-        request.id,
-        imp.id,
-        imp.tagid,
-        video.w,
-        video.h,
+        request_id,
+        imp_id,
+        tagid,
+        width,
+        height,
         mimes,
-        deal[0],
-        deal[1],
+        deal_id,
+        bidfloor,
         audience,
         floor_audience,
-        deal[2],
+        floor_currency,
         cur is None or (type(cur) is list and (EUR in cur or _lists_eur(cur))),
         test == 1 or test is True,
-        None if imp.exp is None else _exp_seconds(imp.exp),
+        None if exp is None else _exp_seconds(exp),
         () if badv is None else _strings(badv),
         () if bcat is None else _strings(bcat),
         cattax if type(cattax) is int and cattax > 0 else DEFAULT_CATTAX,
-        request.dooh,
-        request.device,
+        get("dooh"),
+        get("device"),
     )
 
 
@@ -362,22 +282,11 @@ def _judge(request: BidRequestView) -> BidAsk:
 OPENOOH_TAXONOMIES = frozenset({1, 5})
 
 
-def _sent_object(value: msgspec.Raw) -> dict[str, Any] | None:
-    """A lazily read container: its JSON text decoded (the body was valid JSON, so it is) when
-    it is an object, else None."""
-    if not value:  # absent
-        return None
-    try:
-        return _object(_tree_decoder.decode(value))
-    except msgspec.ValidationError:  # an integer beyond 64 bits somewhere inside: not read
-        return None
-
-
 def venue_types_of(ask: BidAsk) -> frozenset[str]:
     """The request's OpenOOH venue types: `dooh.venuetype` (an array, or one string) or else
     `dooh.venuetypeid` (a string or a whole number), when the taxonomy (`venuetypetax`, else
     `venuetax`, else 1) is OpenOOH's; nothing otherwise."""
-    dooh = _sent_object(ask.dooh)
+    dooh = _object(ask.dooh)
     if dooh is None:
         return frozenset()
     taxonomy = dooh.get("venuetypetax")
@@ -403,7 +312,7 @@ MAX_VENUE_TYPES = 32
 def location_of(ask: BidAsk) -> tuple[float, float] | None:
     """`device.geo` as (lat, lon) in degrees, when both are numbers in range; `long` is read
     where `lon` is absent (the IAB guide's DOOH examples spell it so)."""
-    device = _sent_object(ask.device)
+    device = _object(ask.device)
     geo = _object(device.get("geo")) if device is not None else None
     if geo is None:
         return None
@@ -465,25 +374,32 @@ def _as_sent(value: Any) -> Any:
     return text if len(text) <= _ECHO_CHARS else text[:_ECHO_CHARS] + "..."
 
 
-def _check_fixed_price(at: Any, imp: Imp) -> None:
+def _check_fixed_price(at: Any, deals: Any) -> None:
     """`at` must be 3, and so must the first deal's: the contract's field table requires
     `imp[0].pmp.deals[0].at` ("yes", "Must be 3"), so a deal without one is refused here,
     where OpenRTB itself would let it inherit the request's."""
-    if not _is_int(at) or at != FIXED_PRICE:
+    if type(at) is not int or at != FIXED_PRICE:
         raise _invalid(
             "NOT_FIXED_PRICE",
             "Only fixed-price auctions are supported: at must be 3",
             at=_as_sent(at),
         )
-    deals = imp.pmp.deals if imp.pmp is not None else None
-    if isinstance(deals, list) and deals and isinstance(deals[0], dict):
+    if type(deals) is list and deals and type(deals[0]) is dict:
         deal_at = deals[0].get("at")
-        if not _is_int(deal_at) or deal_at != FIXED_PRICE:
+        if type(deal_at) is not int or deal_at != FIXED_PRICE:
             raise _invalid(
                 "NOT_FIXED_PRICE",
                 "Only fixed-price deals are supported: imp[0].pmp.deals[0].at must be 3",
                 deal_at=_as_sent(deal_at),
             )
+
+
+#: `video.mimes` lists seen before, as read: an SSP sends the same few lists again and again.
+#: At most 256 lists of at most 16 types and 1,024 characters are kept, so a client cannot
+#: grow it past a few hundred kilobytes.
+_MIMES: dict[tuple[str, ...], frozenset[str]] = {}
+_MIMES_KEPT = 256
+_MIMES_ITEMS = 16
 
 
 def _mimes(value: Any) -> frozenset[str] | None:
@@ -494,21 +410,32 @@ def _mimes(value: Any) -> frozenset[str] | None:
         return None
     if type(value) is not list:
         raise _invalid("INVALID_REQUEST", "imp[0].video.mimes must be an array of strings")
+    # A kept list holds strings only, and no string equals anything else: a hit is a list
+    # of strings.
+    key = tuple(value)
+    try:
+        known = _MIMES.get(key)
+    except TypeError:  # an object or an array inside: no list of strings
+        known = None
+    if known is not None:
+        return known
     for mime in value:
         if type(mime) is not str:
             raise _invalid("INVALID_REQUEST", "imp[0].video.mimes must be an array of strings")
-    return frozenset([mime.strip().lower() for mime in value])
+    read = frozenset([mime.strip().lower() for mime in value])
+    if len(_MIMES) < _MIMES_KEPT and len(key) <= _MIMES_ITEMS and sum(map(len, key)) <= 1024:
+        _MIMES[key] = read
+    return read
 
 
-def _first_deal(imp: Imp) -> tuple[str, Decimal, str]:
+def _first_deal(deals: Any) -> tuple[str, Decimal, str]:
     """(deal id, bidfloor, bidfloorcur) of `imp.pmp.deals[0]`, the deal this interface bids on.
     The currency is upper case, EUR when absent; one that is no string reads as `?` (no known
     currency: no bid)."""
-    deals = imp.pmp.deals if imp.pmp is not None else None
-    if not isinstance(deals, list) or not deals:
+    if type(deals) is not list or not deals:
         raise _invalid("NO_PMP_DEALS", "imp[0].pmp.deals must hold at least one deal")
     first = deals[0]
-    if not isinstance(first, dict):
+    if type(first) is not dict:
         raise _invalid("NO_PMP_DEALS", "imp[0].pmp.deals[0] must be a deal object")
     deal_id = first.get("id")
     if not _id_string(deal_id):
@@ -517,7 +444,7 @@ def _first_deal(imp: Imp) -> tuple[str, Decimal, str]:
             f"imp[0].pmp.deals[0].id is required: a string of 1 to {MAX_ID_CHARS} characters",
         )
     floor = _number(first.get("bidfloor"))
-    if floor is None or floor < 0:
+    if floor is None or floor < _ZERO:
         raise _invalid(
             "NO_PMP_DEALS", "imp[0].pmp.deals[0].bidfloor is required: a CPM in EUR, 0 or more"
         )
@@ -527,28 +454,34 @@ def _first_deal(imp: Imp) -> tuple[str, Decimal, str]:
     return deal_id, floor, currency.strip().upper() if type(currency) is str else "?"
 
 
-def _audience(imp: Imp) -> tuple[Decimal, Decimal]:
+_ZERO = Decimal(0)
+_NO_AUDIENCE = (
+    "An audience is required: imp[0].qty.multiplier (preferred) or imp[0].ext.totalaud, "
+    "a number greater than 0 and below 10000000000; when imp[0].qty is sent its "
+    "multiplier is used, with no fallback to ext.totalaud"
+)
+
+
+def _audience(imp: dict[str, Any]) -> tuple[Decimal, Decimal]:
     """qty.multiplier when qty is sent (no fallback), else the legacy ext.totalaud: (the
     audience that prices a play, to 18 decimals; the audience as sent)."""
-    if imp.qty is not None:
-        audience = _number(imp.qty.multiplier)
+    qty = imp.get("qty")
+    if qty is not None:
+        audience = _number(qty.get("multiplier")) if type(qty) is dict else None
         source = "imp[0].qty.multiplier"
     else:
-        audience = _number(imp.ext.totalaud) if imp.ext is not None else None
+        ext = imp.get("ext")
+        audience = _number(ext.get("totalaud")) if type(ext) is dict else None
         source = "imp[0].ext.totalaud"
-    if audience is None or audience <= 0 or audience >= MAX_AUDIENCE:
-        raise _invalid(
-            "NO_TOTAL_AUDIENCE",
-            "An audience is required: imp[0].qty.multiplier (preferred) or imp[0].ext.totalaud, "
-            "a number greater than 0 and below 10000000000; when imp[0].qty is sent its "
-            "multiplier is used, with no fallback to ext.totalaud",
-            field=source,
-        )
-    # The usual audience has a few decimals: one exponent read; the digits only beyond 18.
-    exponent = audience.as_tuple().exponent
-    if isinstance(exponent, int) and exponent < -18 and decimal_places(audience) > 18:
-        # A positive audience stays positive (5e-324 is the smallest kept, 1e-18): it then
-        # prices a play at nothing, which is no bid (204), like any audience that small.
+    if audience is None or audience <= _ZERO or audience >= MAX_AUDIENCE:
+        raise _invalid("NO_TOTAL_AUDIENCE", _NO_AUDIENCE, field=source)
+    # The usual audience has a few decimals: the rounding to 18 leaves it equal.
+    try:
         rounded = audience.quantize(AUDIENCE_QUANTUM, rounding=ROUND_HALF_EVEN)
-        return (rounded if rounded > 0 else AUDIENCE_QUANTUM), audience
-    return audience, audience
+    except InvalidOperation:  # rounds up to 10000000000, more digits than Decimal keeps
+        raise _invalid("NO_TOTAL_AUDIENCE", _NO_AUDIENCE, field=source) from None
+    if rounded == audience:
+        return audience, audience
+    # A positive audience stays positive (5e-324 is the smallest kept, 1e-18): it then prices a
+    # play at nothing, which is no bid (204), like any audience that small.
+    return (rounded if rounded > 0 else AUDIENCE_QUANTUM), audience

@@ -225,6 +225,30 @@ def test_the_minimum_bid_uses_the_audience_as_sent() -> None:
     assert openrtb_min_bid_micros(ask.bidfloor, ask.floor_audience) == 2 * MICROS_PER_CENT
 
 
+def test_an_audience_that_rounds_up_to_the_bound_is_refused_by_its_rule() -> None:
+    """Below 10000000000 as sent, 10000000000 once kept to 18 decimals (29 digits, more than
+    Decimal keeps): refused by the audience's rule, not a 500."""
+    raw = json.dumps(body(imp__0__qty__multiplier="@@a@@"))
+    assert code_of(raw.replace('"@@a@@"', "9999999999.9999999999999999999").encode()) == (
+        "NO_TOTAL_AUDIENCE"
+    )
+
+
+def test_a_huge_exponent_alone_is_read_as_the_furthest_decimal_holds() -> None:
+    """`1e99999999999999999999` in a field no rule reads leaves the request valid."""
+    raw = json.dumps(body(imp__0__pmp__deals__0__x="@@exp@@", imp__0__y="@@tiny@@"))
+    raw = raw.replace('"@@exp@@"', "1e99999999999999999999").replace(
+        '"@@tiny@@"', "-1e-99999999999999999999"
+    )
+    assert parse_bid_request(raw.encode()).imp_id == "imp-1"
+
+
+def test_a_compact_body_and_a_spaced_one_read_alike() -> None:
+    spaced = json.dumps(body())
+    compact = json.dumps(body(), separators=(",", ":"))
+    assert parse_bid_request(spaced.encode()) == parse_bid_request(compact.encode())
+
+
 @pytest.mark.parametrize(
     ("path", "code"),
     [
