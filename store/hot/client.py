@@ -3,11 +3,13 @@ a Redis Cluster or a Sentinel-watched primary (store/hot/topology.py)."""
 
 from __future__ import annotations
 
-from typing import cast
+import asyncio
+from typing import Any, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
+from redis.typing import EncodableT
 
 from store.hot.topology import RedisMode, parse
 
@@ -47,7 +49,7 @@ def connect(
         return Redis.from_pool(pool)
     where = parse(url, mode)
     if mode == "cluster":
-        cluster = RedisCluster(
+        cluster = _WaitingCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in where.nodes],
             username=where.username,
             password=where.password,
@@ -75,6 +77,21 @@ def connect(
     )
     primary.watchers = sentinel
     return primary
+
+
+class _WaitingCluster(RedisCluster):
+    """RedisCluster whose commands wait for a free connection under load, as the single-node
+    pool's do: redis-py raises MaxConnectionsError once a node has `max_connections` calls in
+    flight. At most that many commands of this client run at once, so no node's pool runs
+    out (a pipeline takes one connection a node, outside this count)."""
+
+    def __init__(self, *, max_connections: int, **kwargs: Any) -> None:
+        super().__init__(max_connections=max_connections, **kwargs)
+        self._in_flight = asyncio.Semaphore(max_connections)
+
+    async def execute_command(self, *args: EncodableT, **kwargs: Any) -> Any:
+        async with self._in_flight:
+            return await super().execute_command(*args, **kwargs)
 
 
 def is_cluster(redis: Redis) -> bool:

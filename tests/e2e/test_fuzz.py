@@ -55,7 +55,7 @@ from tests.support.factories import (
 )
 from tests.support.openrtb import bid_request
 from tests.support.processes import free_port, start_serve, stop_serve, tail, until_ready
-from tests.support.servers import ADMIN_TOKEN, ServerUrls
+from tests.support.servers import ADMIN_TOKEN, ServerUrls, redis_mode
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1500"))
 API = "/functions/v1/api"
@@ -429,7 +429,7 @@ async def test_generated_requests_get_no_5xx_and_leave_every_campaign_balanced(
         print(f"fuzz: {world.sent} requests, {len(world.by_route)} routes, {took:.1f} s")
         print(f"fuzz: answers by status {dict(sorted(world.by_status.items()))}")
 
-        redis = connect(servers.redis_url, timeout=5.0)
+        redis = connect(servers.redis_url, timeout=5.0, mode=redis_mode(servers))
         try:
             drained, left, _ = await wait_drained(redis, 30)
             assert drained, f"{left} records still queued"

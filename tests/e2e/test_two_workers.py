@@ -27,7 +27,7 @@ from tests.support.factories import (
     seed,
 )
 from tests.support.processes import free_port, running, until_workers_ready
-from tests.support.servers import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls
+from tests.support.servers import ADMIN_TOKEN, SIGNING_SECRETS, ServerUrls, redis_mode
 
 API = "/functions/v1/api"
 PLAY_MICROS = 2_500_000  # 250 cpm x audience 10 / 1000 = 2.5 cents
@@ -82,7 +82,7 @@ async def server(servers: ServerUrls, clean: None, tmp_path: Path) -> AsyncItera
 
 
 async def _budget(servers: ServerUrls) -> tuple[int, int, int]:
-    redis = connect(servers.redis_url, timeout=2.0)
+    redis = connect(servers.redis_url, timeout=2.0, mode=redis_mode(servers))
     try:
         budget = (await HotState(redis).read_budgets(datetime.now(UTC)))[CAMPAIGN]
     finally:

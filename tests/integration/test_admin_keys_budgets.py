@@ -42,7 +42,7 @@ from tests.support.factories import (
     seed,
     uid,
 )
-from tests.support.servers import ServerUrls, make_settings, wait_for_inventory
+from tests.support.servers import ServerUrls, make_settings, redis_mode, wait_for_inventory
 
 
 @pytest.fixture
@@ -263,7 +263,7 @@ async def test_a_top_up_raises_the_total_at_once_and_in_postgres(
         await conn.close()
     assert stored == Decimal("100250.500001")
     # After the reload every worker's budget view carries the new total (micro-cents).
-    redis = connect(servers.redis_url, timeout=2.0)
+    redis = connect(servers.redis_url, timeout=2.0, mode=redis_mode(servers))
     try:
         budgets = await HotState(redis).read_budgets(datetime.now(UTC))
     finally:
@@ -519,7 +519,7 @@ async def test_a_top_up_postgres_committed_is_a_success_while_redis_is_down(
     assert shown.status_code == 200, shown.text
     assert parsed(shown.content) == body
     # The worker with a working Redis (app_client) copies the new total at its next reload.
-    redis = connect(servers.redis_url, timeout=2.0)
+    redis = connect(servers.redis_url, timeout=2.0, mode=redis_mode(servers))
     try:
         deadline = time.monotonic() + 3
         total = None
