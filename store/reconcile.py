@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.resources
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -182,6 +183,9 @@ class Report:
     waiting: list[str] = field(default_factory=list)
     #: Each shard's Redis clock when it was read (epoch ms).
     clocks: dict[int, int] = field(default_factory=dict)
+    #: Each shard's Redis clock less this host's when it was read (ms): how far apart the
+    #: primaries' clocks are, whatever the time the reads took.
+    skews: dict[int, int] = field(default_factory=dict)
 
     def campaign(self, campaign_id: str) -> CampaignCheck:
         return self.campaigns.setdefault(
@@ -310,6 +314,7 @@ async def _redis_snapshot(redis: Redis, report: Report) -> set[str]:
             pipe.eval(_CLOCK, 1, budget_key(shard))
             counters, open_ids, queued, dead, clock = await pipe.execute()
         report.clocks[shard] = int(clock[0]) * 1000 + int(clock[1]) // 1000
+        report.skews[shard] = report.clocks[shard] - int(time.time() * 1000)
         _counters(report, shard, counters)
         for campaign, price, status in await _open_offers(redis, shard, open_ids):
             if campaign is None or price is None or status != b"open":
@@ -385,6 +390,7 @@ async def reconcile(
             for cid, check in second.campaigns.items()
         },
         clocks=second.clocks,
+        skews=second.skews,
     )
     if repair:
         await _repair(redis, report, stable, quiet_ms)
@@ -423,13 +429,24 @@ def _balanced(check: CampaignCheck) -> CampaignCheck:
     )
 
 
-def _quiet(check: CampaignCheck, clocks: dict[int, int], quiet_ms: int) -> bool:
-    """No move of the campaign's budget for `quiet_ms` on any slice's clock, the home's grants
-    against the earliest slice read: every credit of a move before the read has landed."""
-    earliest = min((clocks[shard] for shard in check.slices if shard in clocks), default=0)
+#: How far apart the primaries' clocks may be for reconcile to judge a move's deadline: a debit
+#: stamps it on one primary's clock and its credit checks it on another's.
+CLOCK_SPREAD_MS = 2_000
+
+
+def _quiet(check: CampaignCheck, report: Report, quiet_ms: int) -> bool:
+    """No move of the campaign's budget for `quiet_ms`, every stamp (made on whichever
+    primary) against the earliest clock read: every credit of a move before the read has
+    landed or can no longer land. Never while the primaries' clocks are further apart than
+    CLOCK_SPREAD_MS: a credit checks its deadline on another primary than the one that set it,
+    so a skewed clock could still let one land after the repair."""
+    clocks, skews = report.clocks, report.skews
+    if not clocks or max(skews.values()) - min(skews.values()) > CLOCK_SPREAD_MS:
+        return False
+    earliest = min(clocks.values())
     return earliest - check.granted_ms > quiet_ms and all(
-        clocks.get(shard, 0) - part.moved_ms > quiet_ms
-        for shard, part in check.slices.items()
+        earliest - part.moved_ms > quiet_ms
+        for part in check.slices.values()
         if part.allowance is not None
     )
 
@@ -457,7 +474,7 @@ async def _repair(
             part.reserved, part.spent = part.open_offers_in_redis, part.billed
         waiting = False
         if check.sliced and check.granted != check.allowances:
-            if _quiet(check, report.clocks, quiet_ms):
+            if _quiet(check, report, quiet_ms):
                 # Back to what the slices hold: a stranded grant returns to the home.
                 args = [cid, "g", check.granted, check.allowances]
                 args += ["gm", check.granted_ms, check.granted_ms]

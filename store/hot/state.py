@@ -273,7 +273,9 @@ class HotState:
             shard, daily, campaign, price_micros, screen_id, now, expires_at, fields
         )
         if slices == 1:
-            return result
+            return await self._unsliced_retry(
+                result, campaign, price_micros, screen_id, now, expires_at, fields
+            )
         home_seen: Budget | None = None
         funded: bool | None = True
         # At most two grants: the total's, then today's (a campaign with a daily limit).
@@ -432,13 +434,47 @@ class HotState:
         await self._connected(home)
         granted = int(
             await self._grant_daily(
-                [day_key(home, day)], [campaign_id, need, self.slices, limit, price]
+                [day_key(home, day)], [campaign_id, need, self.slices, limit, price], durable=True
             )
         )
         if granted > 0:
             await self._connected(shard)
             await self._credit([day_key(shard, day)], [campaign_id, granted, 0, "da"])
         return granted > 0
+
+    async def _unsliced_retry(
+        self,
+        result: Reserved | Refused,
+        campaign: CampaignInfo,
+        price_micros: int,
+        screen_id: str,
+        now: datetime,
+        expires_at: datetime,
+        fields: Mapping[str, str],
+    ) -> Reserved | Refused:
+        """Without slices, a home refusing for want of budget while it has granted some
+        (`g`: BUDGET_SLICES was larger before) takes the other slices' unused allowance back
+        and tries once more, so lowering BUDGET_SLICES strands nothing. A campaign never
+        sliced has nothing granted and is answered as the script said."""
+        if not isinstance(result, Refused) or result.reason != "budget" or result.budget is None:
+            return result
+        budget = result.budget
+        granted = budget.total - budget.reserved - budget.spent - result.free
+        if granted <= 0:
+            return result
+        short_by = price_micros - max(result.free, 0)
+        if await self.reclaim(campaign.id, campaign.shard, short_by) < short_by:
+            return result
+        return await self._reserve_on(
+            campaign.shard,
+            campaign.daily_budget_micros,
+            campaign,
+            price_micros,
+            screen_id,
+            now,
+            expires_at,
+            fields,
+        )
 
     async def _grant_to(
         self, campaign_id: str, home: int, shard: int, need: int, price: int
@@ -447,8 +483,13 @@ class HotState:
         home first, then the slice is credited): the amount (0 when the home has less free
         than `need`, -1 when it does not know the campaign) and the home's budget part."""
         await self._connected(home)
+        # A debit waits for the replicas (REDIS_WAIT_REPLICAS) before its credit is sent: a
+        # failover that lost the debit but kept the credit would make money. A lost credit
+        # only strands it (reconcile gives it back).
         granted, deadline, total, reserved, spent = await self._grant(
-            [budget_key(home)], [campaign_id, need, self.slices, MOVE_WINDOW_MS, price]
+            [budget_key(home)],
+            [campaign_id, need, self.slices, MOVE_WINDOW_MS, price],
+            durable=True,
         )
         if int(granted) > 0:
             await self._connected(shard)
@@ -507,9 +548,10 @@ class HotState:
                 continue
             await self._connected(shard)
             source = budget_key(shard) if day is None else day_key(shard, day)
-            taken, deadline = await self._take(
+            taken, deadline = await self._take(  # durable: see _grant_to
                 [source],
                 [campaign_id, want - back, "1" if force else "0", MOVE_WINDOW_MS, field],
+                durable=True,
             )
             if int(taken) > 0:
                 await self._connected(home)

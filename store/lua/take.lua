@@ -3,7 +3,8 @@
 -- KEYS: 1 the slice's budget hash (its day hash of today for 'da')
 -- ARGV: 1 campaign id, 2 amount wanted, 3 force ('1': also the allowance backing open
 --       reservations, when the total was lowered below what is out; the slice then refuses
---       accepts past what it keeps, as over_total does), 4 the credit's window ms, 5 the
+--       accepts past what it keeps, as over_total does; never what backs its spending, which
+--       would leave that spending counted against no total), 4 the credit's window ms, 5 the
 --       allowance ('a', or 'da': today's daily allowance, given back to the home's `dg`)
 -- Returns {taken, credit deadline ms}.
 local cid, want = ARGV[1], tonumber(ARGV[2])
@@ -13,7 +14,8 @@ local allowance = num(b[1])
 local free = allowance - num(b[2]) - num(b[3])
 local taken = want
 if ARGV[3] == '1' then
-  if allowance < taken then taken = allowance end
+  local unspent = allowance - num(b[3])
+  if unspent < taken then taken = unspent end
 elseif free < taken then
   taken = free
 end

@@ -252,6 +252,51 @@ async def test_workers_that_disagree_on_the_slice_count_never_overspend(
     assert camp.budget_micros - state.spent - state.reserved < 1_000_000, state
 
 
+async def test_lowering_budget_slices_to_one_strands_no_allowance(redis_client: Redis) -> None:
+    # Slices hold allowance when the operator sets BUDGET_SLICES back to 1: a worker without
+    # slices takes it home when the home runs short, so the whole budget is still spent.
+    sliced, camp, _ = await _hot(redis_client, 4, "40")
+    for screen_id in SCREENS[:12]:  # grants land on several slices; some of it is spent
+        made = await _reserve(sliced, camp, 1_000_000, screen_id)
+        assert isinstance(made, Reserved), made
+        await sliced.respond(
+            made.offer_id, PUB, "accept", datetime.now(UTC), billing_payload(1_000_000), 1_000_000
+        )
+    before = await _slices(redis_client, camp)
+    assert before.granted > 0  # money out on the other slices
+    unsliced = HotState(redis_client, slices=1)
+    plays = 0
+    while isinstance(made := await _reserve(unsliced, camp, 1_000_000, SCREENS[0]), Reserved):
+        plays += 1
+        await unsliced.respond(
+            made.offer_id, PUB, "accept", datetime.now(UTC), billing_payload(1_000_000), 1_000_000
+        )
+    assert made.reason == "budget"
+    state = await _slices(redis_client, camp)
+    _assert_never_over(state, camp.shard)
+    assert state.spent == 40_000_000, state  # 12 plays on the slices, the rest at the home
+    assert plays == 28
+
+
+async def test_a_lowered_total_never_takes_back_what_a_slice_spent(redis_client: Redis) -> None:
+    # Every slice has spent its allowance when the total is lowered below what was spent;
+    # workers shrink at once. What the slices spent stays counted against the total, so a
+    # later top-up back to the first total buys nothing more than that total.
+    hot, camp, _ = await _hot(redis_client, 4, "40")
+    await _drain_budget(hot, camp, 1_000_000)
+    spent = await _slices(redis_client, camp)
+    assert spent.spent == 40_000_000
+    await hot.sync_inventory({CAMPAIGN: (camp.shard, 30_000_000)}, {}, version=98)
+    await asyncio.gather(*[hot.shrink(CAMPAIGN) for _ in range(4)])
+    lowered = await _slices(redis_client, camp)
+    for shard, (_, used, allowance) in lowered.parts.items():
+        if shard != camp.shard:
+            assert used <= (allowance or 0), lowered  # its spending still backed
+    await hot.sync_inventory({CAMPAIGN: (camp.shard, 40_000_000)}, {}, version=99)
+    assert await _drain_budget(hot, camp, 1_000_000) == 0
+    assert (await _slices(redis_client, camp)).spent == 40_000_000
+
+
 @pytest.fixture
 async def fast(servers: ServerUrls) -> AsyncIterator[HotConnection]:
     """The hot path's pipelined connection (the scripts, the grants and the take-backs' reads
