@@ -173,6 +173,17 @@ class _ClientScript:
         return await self._script(keys=keys, args=args)
 
 
+def _short_with_grants_out(result: Reserved | Refused) -> bool:
+    """A home refusing for want of budget while it has granted some to other slices (`g`:
+    BUDGET_SLICES was larger before): a worker without slices then funds it as any home is
+    funded (`HotState._fund`: the unused allowance taken back), so lowering BUDGET_SLICES
+    strands nothing. A campaign never sliced has granted nothing and is answered as is."""
+    if not isinstance(result, Refused) or result.reason != "budget" or result.budget is None:
+        return False
+    budget = result.budget
+    return budget.total - budget.reserved - budget.spent - result.free > 0
+
+
 class HotState:
     """Typed calls onto the Lua scripts; one Redis round trip each.
 
@@ -272,10 +283,8 @@ class HotState:
         result = await self._reserve_on(
             shard, daily, campaign, price_micros, screen_id, now, expires_at, fields
         )
-        if slices == 1:
-            return await self._unsliced_retry(
-                result, campaign, price_micros, screen_id, now, expires_at, fields
-            )
+        if slices == 1 and not _short_with_grants_out(result):
+            return result
         home_seen: Budget | None = None
         funded: bool | None = True
         # At most two grants: the total's, then today's (a campaign with a daily limit).
@@ -441,40 +450,6 @@ class HotState:
             await self._connected(shard)
             await self._credit([day_key(shard, day)], [campaign_id, granted, 0, "da"])
         return granted > 0
-
-    async def _unsliced_retry(
-        self,
-        result: Reserved | Refused,
-        campaign: CampaignInfo,
-        price_micros: int,
-        screen_id: str,
-        now: datetime,
-        expires_at: datetime,
-        fields: Mapping[str, str],
-    ) -> Reserved | Refused:
-        """Without slices, a home refusing for want of budget while it has granted some
-        (`g`: BUDGET_SLICES was larger before) takes the other slices' unused allowance back
-        and tries once more, so lowering BUDGET_SLICES strands nothing. A campaign never
-        sliced has nothing granted and is answered as the script said."""
-        if not isinstance(result, Refused) or result.reason != "budget" or result.budget is None:
-            return result
-        budget = result.budget
-        granted = budget.total - budget.reserved - budget.spent - result.free
-        if granted <= 0:
-            return result
-        short_by = price_micros - max(result.free, 0)
-        if await self.reclaim(campaign.id, campaign.shard, short_by) < short_by:
-            return result
-        return await self._reserve_on(
-            campaign.shard,
-            campaign.daily_budget_micros,
-            campaign,
-            price_micros,
-            screen_id,
-            now,
-            expires_at,
-            fields,
-        )
 
     async def _grant_to(
         self, campaign_id: str, home: int, shard: int, need: int, price: int
