@@ -32,7 +32,6 @@ from store.local_servers import PostgresServer, RedisServer, free_port
 from store.pipelined import PipelinedRedis
 from store.postgres import create_pool, migrate
 from store.records import RecordWriter, ensure_groups, queue_stats
-from store.reports import ROLLUP_TABLES
 from tests.support.factories import CREATIVE_VIDEO, PUB, SCREEN_MOVING
 from tests.support.records import (
     PRICE,
@@ -48,15 +47,11 @@ from tests.support.records import (
     reserve_offer,
     tracking_payload,
 )
+from tests.support.servers import RECORD_AND_INVENTORY_TABLES
 
 pytestmark = pytest.mark.fault
 
 _CORE = {"channel": "core", "publisher": PUB, "creative": CREATIVE_VIDEO}
-_TABLES = (
-    "tracking_events, loss_notices, playouts, rejections, billing_records, deals, offers, "
-    "creatives, campaigns, screens, billing_codes, advertisers, api_keys, publishers, "
-    + ", ".join(ROLLUP_TABLES)
-)
 
 
 @dataclass
@@ -90,7 +85,7 @@ async def fresh(own_servers: Servers) -> AsyncIterator[tuple[Servers, Redis, asy
     conn = await asyncpg.connect(own_servers.postgres.url)
     try:
         await migrate(conn)
-        await conn.execute(f"TRUNCATE {_TABLES} CASCADE")
+        await conn.execute(f"TRUNCATE {RECORD_AND_INVENTORY_TABLES} CASCADE")
     finally:
         await conn.close()
     redis = connect(own_servers.redis.url, timeout=2.0)

@@ -49,13 +49,10 @@ from tests.support.factories import (
     seed,
     uid,
 )
+from tests.support.servers import RECORD_TABLES
 
 CAMPAIGN_2 = uid(2, 4)
 CREATIVE_2 = uid(3, 5)
-_RECORDS = (
-    "tracking_events, loss_notices, playouts, rejections, billing_records, deals, offers, "
-    + ", ".join(ROLLUP_TABLES)
-)
 _SCREENS = {SCREEN_MOVING: PUB, SCREEN_STATIC: PUB, SCREEN_OTHER_PUB: PUB_OTHER}
 # 2026-10-20 to 2026-11-05: Europe/Berlin goes back from +02:00 to +01:00 on 2026-10-25,
 # America/New_York from -04:00 to -05:00 on 2026-11-01.
@@ -187,7 +184,7 @@ async def write_traffic(
         groups = groups[size:]
     conns = [await asyncpg.connect(database_url) for _ in range(3)]
     try:
-        await conns[0].execute(f"TRUNCATE {_RECORDS} CASCADE")
+        await conns[0].execute(f"TRUNCATE {RECORD_TABLES} CASCADE")
         await _write(conns, [opened[n : n + 5] for n in range(0, len(opened), 5)])
         await _write(conns, batches)
         await _write(conns, batches[::2])  # replayed: changes nothing

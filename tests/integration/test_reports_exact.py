@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from bidder.reports import delivery_report, earnings_report
 from bidder.reports.params import ReportRange
 from store.history import Play, write_history
-from store.reports import ROLLUP_TABLES, DeliveryFilter
+from store.reports import DeliveryFilter
 from tests.support.factories import (
     ADV,
     CAMPAIGN,
@@ -34,11 +34,8 @@ from tests.support.factories import (
     basic_document,
     seed,
 )
+from tests.support.servers import RECORD_TABLES
 
-_RECORDS = (
-    "tracking_events, loss_notices, playouts, rejections, billing_records, deals, offers, "
-    + ", ".join(ROLLUP_TABLES)
-)
 _SCREENS = {SCREEN_MOVING: PUB, SCREEN_STATIC: PUB, SCREEN_OTHER_PUB: PUB_OTHER}
 _RATES = {PUB: Decimal("0.15"), PUB_OTHER: Decimal("0.15")}
 _AUDIENCE = Decimal(10)  # every basic screen's audience per play
@@ -51,7 +48,7 @@ _ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata")
 
 async def _fresh(database_url: str) -> asyncpg.Connection:
     conn = await asyncpg.connect(database_url)
-    await conn.execute(f"TRUNCATE {_RECORDS} CASCADE")
+    await conn.execute(f"TRUNCATE {RECORD_TABLES} CASCADE")
     return conn
 
 

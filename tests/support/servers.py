@@ -104,10 +104,14 @@ async def migrate_database(database_url: str) -> None:
         await conn.close()
 
 
-RECORD_AND_INVENTORY_TABLES = (
+#: Every record table and the report rollups the records keep (migration 010).
+RECORD_TABLES = (
     "tracking_events, loss_notices, playouts, rejections, billing_records, deals, offers, "
-    "creatives, campaigns, screens, billing_codes, advertisers, api_keys, publishers, "
-    "exchange_rates, " + ", ".join(ROLLUP_TABLES)
+    + ", ".join(ROLLUP_TABLES)
+)
+RECORD_AND_INVENTORY_TABLES = (
+    RECORD_TABLES + ", creatives, campaigns, screens, billing_codes, advertisers, api_keys, "
+    "publishers, exchange_rates"
 )
 
 
