@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
@@ -14,6 +15,7 @@ from redis.asyncio import Redis
 from bidder.http.app import create_app
 from bidder.settings import Settings
 from store.hot import connect
+from store.postgres import create_pool
 from tests.support.factories import basic_document, campaign, make_key, seed
 from tests.support.servers import ServerUrls, make_settings, redis_mode, wait_for_inventory
 
@@ -29,6 +31,14 @@ async def redis_client(servers: ServerUrls, clean: None) -> AsyncIterator[Redis]
     client = connect(servers.redis_url, timeout=2.0, mode=redis_mode(servers))
     yield client
     await client.aclose()
+
+
+@pytest.fixture
+async def pool(migrated: str, clean: None) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on the session's migrated database, emptied for the test."""
+    created = await create_pool(migrated, max_size=4)
+    yield created
+    await created.close()
 
 
 @pytest.fixture

@@ -514,13 +514,6 @@ async def test_the_budget_view_sums_the_slices(redis_client: Redis) -> None:
     assert len(parts) > 1
 
 
-@pytest.fixture
-async def pool(migrated: str, clean: None) -> AsyncIterator[asyncpg.Pool]:
-    created = await create_pool(migrated, max_size=2)
-    yield created
-    await created.close()
-
-
 async def test_reconcile_agrees_after_mixed_traffic_on_slices_and_repairs_one(
     redis_client: Redis, pool: asyncpg.Pool, migrated: str
 ) -> None:

@@ -8,7 +8,6 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -21,7 +20,6 @@ from bidder.observability import Metrics
 from matching.money import split_gross
 from store import record_rows, records
 from store.hot import QUEUE_GROUP, Answered, Reserved, queue_key, queue_keys
-from store.postgres import create_pool
 from store.reconcile import check_balances
 from store.records import RecordWriter, dead_letter_key, ensure_groups
 from tests.support.factories import CAMPAIGN, CREATIVE_VIDEO, PUB, SCREEN_MOVING
@@ -36,13 +34,6 @@ from tests.support.records import (
     pending_count,
     prepare,
 )
-
-
-@pytest.fixture
-async def pool(migrated: str, clean: None) -> AsyncIterator[asyncpg.Pool]:
-    created = await create_pool(migrated, max_size=4)
-    yield created
-    await created.close()
 
 
 def _writer(redis: Redis, pool: asyncpg.Pool, metrics: Metrics, **kw: object) -> RecordWriter:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -19,7 +18,6 @@ from redis.asyncio import Redis
 from matching.snapshot import build_snapshot
 from store.hot import Answered, HotState, Reserved, budget_key, offer_key, shard_of
 from store.local_servers import free_port
-from store.postgres import create_pool
 from store.reconcile import reconcile, summarize
 from store.records import RecordWriter
 from tests.support.admin import parsed
@@ -234,13 +232,6 @@ async def test_lookups_need_the_admin_token_and_answer_404_for_unknown_ids(
     bad = await app_client.get("/admin/v1/offers/not-a-uuid", headers=ADMIN)
     assert bad.status_code == 400
     assert "error" in bad.json()
-
-
-@pytest.fixture
-async def pool(migrated: str, clean: None) -> AsyncIterator[asyncpg.Pool]:
-    created = await create_pool(migrated, max_size=2)
-    yield created
-    await created.close()
 
 
 async def test_reconcile_reports_and_repairs_counters_from_the_records(
