@@ -157,24 +157,18 @@ def parse_bid_request(body: bytes) -> BidAsk:
 
 
 def _tree(body: bytes) -> Any:
-    """The body as a plain JSON tree; malformed JSON is `INVALID_REQUEST`."""
+    """The body as a plain JSON tree; malformed JSON is `INVALID_REQUEST`. A number such as
+    `1e99999999999999999999`, whose exponent Decimal cannot hold, is read by `json_decimal` (as
+    the furthest exponent Decimal holds)."""
     try:
-        return _decoder.decode(body)
-    except InvalidOperation:  # a number whose exponent Decimal cannot hold
-        return _exact_tree(body)
-    except msgspec.ValidationError as exc:
-        if JSON_INT_OUT_OF_RANGE in str(exc):
-            return _tree_with_big_integers(body)
-        raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
-    except UNREADABLE_JSON:
-        raise _invalid("INVALID_REQUEST", "The body is not valid JSON") from None
+        return _decode(_decoder, body)
+    except InvalidOperation:
+        return _decode(_exact_decoder, body)
 
 
-def _exact_tree(body: bytes) -> Any:
-    """The tree of a body holding a number such as `1e99999999999999999999`, read by
-    `json_decimal` (as the furthest exponent Decimal holds)."""
+def _decode(decoder: msgspec.json.Decoder[Any], body: bytes) -> Any:
     try:
-        return _exact_decoder.decode(body)
+        return decoder.decode(body)
     except msgspec.ValidationError as exc:
         if JSON_INT_OUT_OF_RANGE in str(exc):
             return _tree_with_big_integers(body)
