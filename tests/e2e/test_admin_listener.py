@@ -38,6 +38,15 @@ def _listening(port: int) -> bool:
         return False
 
 
+async def _until_closed(ports: list[int], log: Path) -> None:
+    """Every one of `ports` stops listening within 10 s, or the test fails."""
+    deadline = time.monotonic() + 10
+    while any(_listening(port) for port in ports):
+        if time.monotonic() > deadline:
+            pytest.fail(f"a listener on {ports} outlived bidder serve:\n" + tail(log))
+        await asyncio.sleep(0.1)
+
+
 async def test_admin_port_moves_admin_api_and_metrics_off_the_public_listener(
     servers: ServerUrls, clean: None, tmp_path: Path
 ) -> None:
@@ -74,11 +83,7 @@ async def test_admin_port_moves_admin_api_and_metrics_off_the_public_listener(
             assert counts, scrape.text[:2000]
             assert float(counts[0]) >= 5
     # `running` waited for `bidder serve` to end: the admin listener went with it.
-    deadline = time.monotonic() + 10
-    while _listening(admin_port):
-        if time.monotonic() > deadline:
-            pytest.fail("the admin listener outlived bidder serve:\n" + tail(log))
-        await asyncio.sleep(0.1)
+    await _until_closed([admin_port], log)
 
 
 async def test_an_admin_port_taken_or_equal_to_the_port_is_one_line_and_exit_1(
@@ -117,11 +122,7 @@ async def test_the_admin_listener_ends_when_bidder_serve_is_killed(
         await until_ready(admin_port, log)
         proc.kill()
         proc.wait(timeout=5)
-        deadline = time.monotonic() + 10
-        while _listening(admin_port) or _listening(port):
-            if time.monotonic() > deadline:
-                pytest.fail("a listener outlived a killed bidder serve:\n" + tail(log))
-            await asyncio.sleep(0.1)
+        await _until_closed([admin_port, port], log)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # whatever of this test's session is left
