@@ -1,6 +1,6 @@
 """The hot state in Redis: its key names (`keys`), the ids and clock texts it hands out (`ids`),
 the client (`client`), the signed inventory copy (`inventory_copy`), the budget slices'
-placement (`slices`) and the Lua scripts' typed calls (`state`)."""
+placement (`slices`), the Lua scripts' sources (`scripts`) and their typed calls (`state`)."""
 
 from store.hot.client import connect
 from store.hot.ids import day_of, epoch_ms, hour_of, new_id, random_uuid, shard_of
@@ -28,6 +28,7 @@ from store.hot.keys import (
     tag,
     tracked_key,
 )
+from store.hot.scripts import script_source
 from store.hot.slices import (
     MOVE_WINDOW_MS,
     MOVES_QUIET_MS,
@@ -81,6 +82,7 @@ __all__ = [
     "queue_key",
     "queue_keys",
     "random_uuid",
+    "script_source",
     "shard_of",
     "slice_index",
     "slice_shards",

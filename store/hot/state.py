@@ -10,7 +10,6 @@ campaign's shard tag (store/hot/keys.py), so each script stays within one Redis 
 from __future__ import annotations
 
 import asyncio
-import importlib.resources
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from store.hot.keys import (
     tag,
     tracked_key,
 )
+from store.hot.scripts import script_source
 from store.hot.slices import (
     MOVE_WINDOW_MS,
     SLICE_COUNTS,
@@ -89,11 +89,6 @@ def offer_from_hash(stored: Mapping[str, str]) -> dict[str, str]:
         for name, value in msgspec.json.decode(packed).items():
             offer.setdefault(name, value if isinstance(value, str) else str(value))
     return offer
-
-
-def _load(name: str) -> str:
-    folder = importlib.resources.files("store") / "lua"
-    return (folder / "_common.lua").read_text() + "\n" + (folder / name).read_text()
 
 
 class Reserved(msgspec.Struct, frozen=True):
@@ -226,7 +221,7 @@ class HotState:
         self.slices = slices
 
         def script(name: str) -> _Script:
-            source = _load(name)
+            source = script_source(name)
             return PipelinedScript(fast, source) if fast else _ClientScript(redis, source)
 
         self._reserve = script("reserve.lua")
@@ -241,8 +236,8 @@ class HotState:
         self._take = script("take.lua")
         self._credit = script("credit.lua")
         # Inventory syncs and top-ups are not the hot path: over the redis-py client.
-        self._sync_totals = _ClientScript(redis, _load("sync_totals.lua"))
-        self._top_up = _ClientScript(redis, _load("top_up.lua"))
+        self._sync_totals = _ClientScript(redis, script_source("sync_totals.lua"))
+        self._top_up = _ClientScript(redis, script_source("top_up.lua"))
 
     async def _connected(self, shard: int) -> None:
         """Connect `fast` (to the server of `shard`'s keys) before a deadline is set: the

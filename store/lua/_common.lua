@@ -1,4 +1,5 @@
--- Shared helpers, prepended to every script at load time (see store/hot/state.py).
+-- Shared helpers: each script is prefixed with those it uses, and those they use, at load time
+-- (store/hot/scripts.py): a helper calls only helpers defined above it.
 -- Amounts are integer micro-cents. Budget fields of a campaign live in the shard's hash:
 --   <cid>:t total, <cid>:r reserved, <cid>:s spent; per UTC day <cid>:r and <cid>:s in day hashes.
 -- A campaign whose budget is split into slices (BUDGET_SLICES, docs/architecture.md "Budget
@@ -93,9 +94,9 @@ end
 -- frequency cap of its clock hour, while that hour lasts: the cap limits plays, and an open or
 -- accepted offer still counts as one. `freq_key` is the shard's hash of the current hour, so
 -- it is the offer's own when the hours match (a past hour's cap is over: left alone).
-local function release_play(freq_key, offer, status, now_ms)
+local function release_play(freq_key, offer, status, at_ms)
   if offer['freq_hour'] == nil or status == 'accepted' or status == 'billed' then return end
-  if tonumber(offer['freq_hour']) ~= math.floor(tonumber(now_ms) / 3600000) then return end
+  if tonumber(offer['freq_hour']) ~= math.floor(tonumber(at_ms) / 3600000) then return end
   local field = offer['campaign'] .. ':' .. offer['screen']
   if num(redis.call('HGET', freq_key, field)) > 0 then
     redis.call('HINCRBY', freq_key, field, -1)
@@ -104,20 +105,20 @@ end
 
 -- Release an open offer's reservation and mark it with a final status (and the name, value
 -- pairs of `more`, written with it). Returns the campaign's budget triple after the change.
-local function settle(budget_key, day_key, offer_key, offer, status, spend, now_ms, freq_key,
+local function settle(budget_key, day_key, offer_key, offer, status, spend, at_ms, freq_key,
                       more)
   local cid = offer['campaign']
   local price = tonumber(offer['price'])
-  release_play(freq_key, offer, status, now_ms)
+  release_play(freq_key, offer, status, at_ms)
   redis.call('HINCRBY', budget_key, cid .. ':r', -price)
   if spend > 0 then redis.call('HINCRBY', budget_key, cid .. ':s', spend) end
   if day_key then
     redis.call('HINCRBY', day_key, cid .. ':r', -price)
     if spend > 0 then redis.call('HINCRBY', day_key, cid .. ':s', spend) end
   end
-  redis.call('HSET', offer_key, 'status', status, 'resolved_ms', now_ms, unpack(more or {}))
+  redis.call('HSET', offer_key, 'status', status, 'resolved_ms', at_ms, unpack(more or {}))
   offer['status'] = status
-  offer['resolved_ms'] = tostring(now_ms)
+  offer['resolved_ms'] = tostring(at_ms)
   for i = 1, #(more or {}), 2 do offer[more[i]] = more[i + 1] end
   local b = redis.call('HMGET', budget_key, cid .. ':t', cid .. ':r', cid .. ':s')
   return {num(b[1]), num(b[2]), num(b[3])}

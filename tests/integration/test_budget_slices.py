@@ -7,7 +7,6 @@ two steps overspends nothing and reconcile gives the stranded amount back."""
 from __future__ import annotations
 
 import asyncio
-import importlib.resources
 import random
 import uuid
 from collections.abc import AsyncIterator
@@ -30,6 +29,7 @@ from store.hot import (
     budget_key,
     day_key,
     day_of,
+    script_source,
     slice_index,
     slice_shards,
     sum_parts,
@@ -402,8 +402,7 @@ async def test_a_daily_limit_is_never_passed_over_the_slices_and_is_spent_down(
 
 
 def _script(redis: Redis, name: str) -> Any:
-    folder = importlib.resources.files("store") / "lua"
-    return redis.register_script((folder / "_common.lua").read_text() + (folder / name).read_text())
+    return redis.register_script(script_source(name))
 
 
 async def test_a_grant_never_credited_overspends_nothing_and_reconcile_gives_it_back(
