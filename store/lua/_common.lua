@@ -73,15 +73,21 @@ local function offer_json(offer)
   return string.sub(packed.text, 1, -2) .. ',' .. string.sub(cjson.encode(own), 2)
 end
 
--- True when spending `amount` more would take the campaign past its total. A reservation was
--- checked against the total when it was made, so this happens only when an operator lowered
--- the total below what was already reserved: the reservation cannot be honoured any more.
--- On a budget slice, the slice's own part stands for the total (t - g on the home, the
--- allowance a elsewhere): a lowered total takes allowances back (HotState.shrink).
-local function over_total(budget_key, cid, amount)
-  local b = redis.call('HMGET', budget_key, cid .. ':t', cid .. ':s', cid .. ':g', cid .. ':a')
-  if b[1] ~= false then return num(b[2]) + amount > num(b[1]) - num(b[3]) end
-  return b[4] ~= false and num(b[2]) + amount > num(b[4])
+-- The campaign's budget fields on this shard, as HMGET gives them: {t, r, s, g, a}.
+local function read_budget(budget_key, cid)
+  return redis.call('HMGET', budget_key, cid .. ':t', cid .. ':r', cid .. ':s', cid .. ':g',
+                    cid .. ':a')
+end
+
+-- True when spending `amount` more would take the campaign past its total (`b` from
+-- read_budget). A reservation was checked against the total when it was made, so this happens
+-- only when an operator lowered the total below what was already reserved: the reservation
+-- cannot be honoured any more. On a budget slice, the slice's own part stands for the total
+-- (t - g on the home, the allowance a elsewhere): a lowered total takes allowances back
+-- (HotState.shrink).
+local function over_total(b, amount)
+  if b[1] ~= false then return num(b[3]) + amount > num(b[1]) - num(b[4]) end
+  return b[5] ~= false and num(b[3]) + amount > num(b[5])
 end
 
 local function day_key_for(offer, today_key, yesterday_key, today, yesterday)
@@ -104,11 +110,13 @@ local function release_play(freq_key, offer, status, at_ms)
 end
 
 -- Release an open offer's reservation and mark it with a final status (and the name, value
--- pairs of `more`, written with it). Returns the campaign's budget triple after the change.
+-- pairs of `more`, written with it). Returns the campaign's budget triple after the change,
+-- worked out from its fields before it (`budget`, read_budget's, when the caller has them).
 local function settle(budget_key, day_key, offer_key, offer, status, spend, at_ms, freq_key,
-                      more)
+                      more, budget)
   local cid = offer['campaign']
   local price = tonumber(offer['price'])
+  local b = budget or redis.call('HMGET', budget_key, cid .. ':t', cid .. ':r', cid .. ':s')
   release_play(freq_key, offer, status, at_ms)
   redis.call('HINCRBY', budget_key, cid .. ':r', -price)
   if spend > 0 then redis.call('HINCRBY', budget_key, cid .. ':s', spend) end
@@ -120,8 +128,7 @@ local function settle(budget_key, day_key, offer_key, offer, status, spend, at_m
   offer['status'] = status
   offer['resolved_ms'] = tostring(at_ms)
   for i = 1, #(more or {}), 2 do offer[more[i]] = more[i + 1] end
-  local b = redis.call('HMGET', budget_key, cid .. ':t', cid .. ':r', cid .. ':s')
-  return {num(b[1]), num(b[2]), num(b[3])}
+  return {num(b[1]), num(b[2]) - price, num(b[3]) + spend}
 end
 
 local function enqueue(queue_key, kind, offer, payload, extra)

@@ -27,12 +27,13 @@ local b
 if ARGV[1] == 'accept' then
   local accepted = tonumber(ARGV[6])
   if accepted > tonumber(offer['price']) then return {0, 'above_bid', offer['price']} end
-  if over_total(KEYS[2], offer['campaign'], accepted) then  -- the budget was lowered since
+  local budget = read_budget(KEYS[2], offer['campaign'])
+  if over_total(budget, accepted) then  -- the budget was lowered since
     expire_now(KEYS[2], day_key, KEYS[1], offer, KEYS[5], KEYS[6], now, KEYS[7])
     return {0, 'not_found', 'over_total'}
   end
   b = settle(KEYS[2], day_key, KEYS[1], offer, 'accepted', accepted, now, KEYS[7],
-             {'deal_id', ARGV[8], 'accepted_price', ARGV[6]})
+             {'deal_id', ARGV[8], 'accepted_price', ARGV[6]}, budget)
   redis.call('HSET', KEYS[9], 'deal_id', ARGV[8], 'offer_id', offer['offer_id'],
              'publisher', offer['publisher'],
              'campaign', offer['campaign'], 'screen', offer['screen'])

@@ -24,11 +24,14 @@ if first == 0 then return {'replay', offer['channel']} end
 local now = tonumber(ARGV[1])
 local status = 'recorded'
 local extra = {billed = false}
+local budget = nil
 if ARGV[4] == 'impression' and offer['channel'] == 'openrtb' and offer['status'] == 'open'
-    and tonumber(offer['expires_ms']) > now
-    and not over_total(KEYS[2], offer['campaign'], tonumber(offer['price'])) then
+    and tonumber(offer['expires_ms']) > now then
+  budget = read_budget(KEYS[2], offer['campaign'])
+end
+if budget and not over_total(budget, tonumber(offer['price'])) then
   settle(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[2], ARGV[3]), KEYS[1], offer,
-         'billed', tonumber(offer['price']), now, KEYS[7])
+         'billed', tonumber(offer['price']), now, KEYS[7], nil, budget)
   redis.call('ZREM', KEYS[6], offer['offer_id'])
   redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]))
   local code = redis.call('HGET', KEYS[8], offer['advertiser'] .. ':' .. offer['publisher'])

@@ -336,3 +336,35 @@ async def test_an_accepted_offer_keeps_its_play_and_a_past_hour_is_left_alone(
     assert int(await redis_client.hget(hour, field) or 0) == 2
     following = freq_key(camp.shard, next_hour.strftime("%Y%m%d%H"))
     assert await redis_client.hget(following, field) is None
+
+
+async def test_an_answer_returns_the_budget_as_it_stands_after_it(redis_client: Redis) -> None:
+    """The figures an answer hands the worker's budget view (total, reserved, spent) are the
+    campaign's after the answer: an accept below the price moves the price out of `reserved`
+    and the accepted amount into `spent`, a reject only releases."""
+    hot, camp = await _hot(redis_client, "100")
+    now = datetime.now(UTC)
+    fields = {"channel": "core", "publisher": PUB, "creative": "c"}
+    made = []
+    for _ in range(3):
+        result = await hot.reserve(
+            camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), fields
+        )
+        assert isinstance(result, Reserved)
+        made.append(result.offer_id)
+    accepted = await hot.respond(made[0], PUB, "accept", now, {}, accepted_micros=2_000_000)
+    assert isinstance(accepted, Answered)
+    assert (accepted.budget.total, accepted.budget.reserved, accepted.budget.spent) == (
+        100_000_000,
+        5_000_000,
+        2_000_000,
+    )
+    rejected = await hot.respond(made[1], PUB, "reject", now, {})
+    assert isinstance(rejected, Answered)
+    assert (rejected.budget.reserved, rejected.budget.spent) == (2_500_000, 2_000_000)
+    stored = (await hot.read_budgets(now))[CAMPAIGN]
+    assert (stored.total, stored.reserved, stored.spent) == (
+        rejected.budget.total,
+        rejected.budget.reserved,
+        rejected.budget.spent,
+    )
