@@ -118,10 +118,11 @@ local function settle(budget_key, day_key, offer_key, offer, status, spend, at_m
   local price = tonumber(offer['price'])
   local b = budget or redis.call('HMGET', budget_key, cid .. ':t', cid .. ':r', cid .. ':s')
   release_play(freq_key, offer, status, at_ms)
-  redis.call('HINCRBY', budget_key, cid .. ':r', -price)
+  local release = '-' .. offer['price']  -- as stored: no number formatted again
+  redis.call('HINCRBY', budget_key, cid .. ':r', release)
   if spend > 0 then redis.call('HINCRBY', budget_key, cid .. ':s', spend) end
   if day_key then
-    redis.call('HINCRBY', day_key, cid .. ':r', -price)
+    redis.call('HINCRBY', day_key, cid .. ':r', release)
     if spend > 0 then redis.call('HINCRBY', day_key, cid .. ':s', spend) end
   end
   redis.call('HSET', offer_key, 'status', status, 'resolved_ms', at_ms, unpack(more or {}))

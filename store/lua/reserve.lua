@@ -17,7 +17,8 @@
 if too_late(ARGV[10]) then return {0, 'late', 0, 0, 0} end
 local cid, price = ARGV[1], tonumber(ARGV[2])
 local daily_limit, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
-local b = redis.call('HMGET', KEYS[1], cid .. ':t', cid .. ':r', cid .. ':s', cid .. ':g',
+local reserved_field = cid .. ':r'
+local b = redis.call('HMGET', KEYS[1], cid .. ':t', reserved_field, cid .. ':s', cid .. ':g',
                      cid .. ':a')
 local total, reserved, spent = num(b[1]), num(b[2]), num(b[3])
 if b[1] ~= false then
@@ -31,7 +32,7 @@ end
 if daily_limit >= 0 then
   -- With slices the home's share of today's limit is what it did not grant (`dg`), another
   -- slice's is its daily allowance (`da`), both in the day hash.
-  local d = redis.call('HMGET', KEYS[2], cid .. ':r', cid .. ':s', cid .. ':dg', cid .. ':da')
+  local d = redis.call('HMGET', KEYS[2], reserved_field, cid .. ':s', cid .. ':dg', cid .. ':da')
   local used = num(d[1]) + num(d[2])
   if b[1] ~= false then
     if daily_limit - num(d[3]) - used < price then
@@ -41,26 +42,27 @@ if daily_limit >= 0 then
     return {0, 'slice_daily', 0, reserved, spent, num(d[4]) - used}
   end
 end
-local freq_field = cid .. ':' .. ARGV[5]
-if cap >= 0 and num(redis.call('HGET', KEYS[3], freq_field)) >= cap then
+local freq_field = cap >= 0 and cid .. ':' .. ARGV[5]
+if freq_field and num(redis.call('HGET', KEYS[3], freq_field)) >= cap then
   return {0, 'frequency_cap', total, reserved, spent}
 end
 
-redis.call('HINCRBY', KEYS[1], cid .. ':r', price)
+-- Numbers go to Redis as the argument strings they came as, not formatted again.
+redis.call('HINCRBY', KEYS[1], reserved_field, ARGV[2])
 -- A hash gets its expiry when one of its fields is created (the answer is then exactly what
 -- was added), not on every reservation: that is when the key can have been created.
-if redis.call('HINCRBY', KEYS[2], cid .. ':r', price) == price then
+if redis.call('HINCRBY', KEYS[2], reserved_field, ARGV[2]) == price then
   redis.call('PEXPIRE', KEYS[2], 259200000)
 end
-if cap >= 0 and redis.call('HINCRBY', KEYS[3], freq_field, 1) == 1 then
+if freq_field and redis.call('HINCRBY', KEYS[3], freq_field, 1) == 1 then
   redis.call('PEXPIRE', KEYS[3], 7200000)
 end
-if cap >= 0 then  -- the clock hour whose cap counts it (see release_play)
+if freq_field then  -- the clock hour whose cap counts it (see release_play)
   redis.call('HSET', KEYS[4], 'status', 'open',
              'freq_hour', math.floor(tonumber(ARGV[6]) / 3600000), unpack(ARGV, 11))
 else
   redis.call('HSET', KEYS[4], 'status', 'open', unpack(ARGV, 11))
 end
-redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[8]))
-redis.call('ZADD', KEYS[5], tonumber(ARGV[7]), ARGV[9])
+redis.call('PEXPIRE', KEYS[4], ARGV[8])
+redis.call('ZADD', KEYS[5], ARGV[7], ARGV[9])
 return {1, total, reserved + price, spent}

@@ -37,7 +37,7 @@ if ARGV[1] == 'accept' then
   redis.call('HSET', KEYS[9], 'deal_id', ARGV[8], 'offer_id', offer['offer_id'],
              'publisher', offer['publisher'],
              'campaign', offer['campaign'], 'screen', offer['screen'])
-  redis.call('PEXPIRE', KEYS[9], tonumber(ARGV[9]))
+  redis.call('PEXPIRE', KEYS[9], ARGV[9])
   enqueue(KEYS[5], 'offer_accepted', offer, ARGV[7], extra)
 else
   b = settle(KEYS[2], day_key, KEYS[1], offer, 'rejected', 0, now, KEYS[7])
