@@ -47,11 +47,11 @@ async def clean(servers: ServerUrls, migrated: str) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Against a Redis Cluster, redis-py's cluster client can leave a node's socket, or the
-    connection holding it, for the garbage collector (a node killed or a slot moved under it,
-    a burst of concurrent calls on one node), whose ResourceWarning would fail whichever test
-    runs when it is collected; the service's own connections are closed by their tests'
-    assertions."""
+    """Against a Redis Cluster, redis-py's cluster client can leave a node's socket, the
+    connection holding it, or the node object holding that, for the garbage collector (a node
+    killed or a slot moved under it, a burst of concurrent calls on one node), whose
+    ResourceWarning would fail whichever test runs when it is collected; the service's own
+    connections are closed by their tests' assertions."""
     if config.getoption("--redis") == "cluster":
         for item in items:
             item.add_marker(
@@ -61,4 +61,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 pytest.mark.filterwarnings(
                     "ignore:unclosed Connection <redis.asyncio.connection:ResourceWarning"
                 )
+            )
+            item.add_marker(
+                pytest.mark.filterwarnings("ignore:Unclosed ClusterNode object:ResourceWarning")
             )
