@@ -1,6 +1,7 @@
 """Redis CPU per hot-path call, Redis alone: no worker, no HTTP, no Postgres.
 
     .venv/bin/python -m bench.redis_scripts [--calls 20000] [--callers 32] [--rounds 3]
+        [--allocator jemalloc]
 
 Starts a Valkey/Redis of its own (as the bench does: `appendonly yes`, `appendfsync everysec`,
 in .run/bench/redis-scripts), gives 64 campaigns a budget (over the 16 shards as their ids fall),
@@ -15,12 +16,18 @@ loop cycle (the fewer, the more each pays of Redis' fixed cost per cycle: the so
 writes, the AOF write). The worker's load does not move these figures, so two versions of the
 scripts compare here within a few per cent, where the harness' figures swing with the machine's
 load (docs/performance.md, "Redis per request").
+
+The pip-installed Valkey is built with glibc's malloc; production's Redis and Valkey builds use
+jemalloc. `--allocator jemalloc` runs the server with the system's libjemalloc preloaded
+(`apt-get install libjemalloc2` on Debian), so every allocation goes to jemalloc as in
+production; the server's memory map is checked for it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes.util
 import shutil
 import statistics
 import time
@@ -196,16 +203,43 @@ async def run(port: int, calls: int, callers: int, rounds: int, campaigns: int) 
         print(f"  {name:22s} {statistics.median(figures):6.1f}")
 
 
+#: Where Debian and others put the shared jemalloc.
+_JEMALLOC_PATHS = (
+    "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+    "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
+    "/usr/lib64/libjemalloc.so.2",
+    "/usr/lib/libjemalloc.so.2",
+)
+
+
+def _jemalloc() -> str:
+    for path in _JEMALLOC_PATHS:
+        if Path(path).exists():
+            return path
+    found = ctypes.util.find_library("jemalloc")
+    if found is None:
+        raise SystemExit("--allocator jemalloc: no libjemalloc (apt-get install libjemalloc2)")
+    return found
+
+
+def _allocator_in_use(server: RedisServer) -> str:
+    maps = Path(f"/proc/{server.proc.pid}/maps").read_text() if server.proc else ""
+    return "jemalloc" if "libjemalloc" in maps else "glibc malloc"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--callers", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--campaigns", type=int, default=64)
+    parser.add_argument("--allocator", choices=("glibc", "jemalloc"), default="glibc")
     args = parser.parse_args()
     shutil.rmtree(ROOT, ignore_errors=True)
-    server = RedisServer(ROOT, free_port())
+    preload = _jemalloc() if args.allocator == "jemalloc" else ""
+    server = RedisServer(ROOT, free_port(), preload=preload)
     server.start()
+    print(f"Redis allocator: {_allocator_in_use(server)}", flush=True)
     try:
         uvloop.run(run(server.port, args.calls, args.callers, args.rounds, args.campaigns))
     finally:

@@ -284,6 +284,9 @@ class RedisServer:
     proc: subprocess.Popen[bytes] | None = None
     #: More server arguments (a cluster node's, store/local_cluster.py).
     extra_args: tuple[str, ...] = ()
+    #: A shared library the server runs with preloaded (LD_PRELOAD): the bench's way to give
+    #: the pip-installed Valkey, built with glibc's malloc, production's jemalloc.
+    preload: str = ""
 
     @property
     def url(self) -> str:
@@ -314,8 +317,10 @@ class RedisServer:
             "no",
             *self.extra_args,
         ]
+        env = {**os.environ, "LD_PRELOAD": self.preload} if self.preload else None
         self.proc = subprocess.Popen(  # noqa: S603 - our own binary, fixed arguments
             args,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
