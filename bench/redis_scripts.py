@@ -1,11 +1,13 @@
 """Redis CPU per hot-path call, Redis alone: no worker, no HTTP, no Postgres.
 
     .venv/bin/python -m bench.redis_scripts [--calls 20000] [--callers 32] [--rounds 3]
-        [--allocator jemalloc]
+        [--allocator jemalloc] [--inventory bench]
 
 Starts a Valkey/Redis of its own (as the bench does: `appendonly yes`, `appendfsync everysec`,
-in .run/bench/redis-scripts), gives 64 campaigns a budget (over the 16 shards as their ids fall),
-and runs through `HotState` on the hot path's pipelined connection, with `callers` concurrent
+in .run/bench/redis-scripts), gives 64 campaigns a budget (over the 16 shards as their ids fall;
+with `--inventory bench`, every active campaign of the bench inventory, a fifth of them with a
+daily budget and a tenth with a frequency cap, and its billing codes), and runs through
+`HotState` on the hot path's pipelined connection, with `callers` concurrent
 tasks: `calls` Core offer reservations, as many OpenRTB bid reservations (their four extra
 fields), then an accept of each Core offer while a stand-in record writer does the writer's
 Redis side of each record (`XREADGROUP`, then `XACK` and `XDEL` of the batch: what
@@ -41,9 +43,10 @@ from typing import Any
 import redis
 import uvloop
 
+from bench import seed
 from bench.cluster import _campaign
 from bench.server import compact_redis
-from matching.snapshot import CampaignInfo
+from matching.snapshot import CampaignInfo, build_snapshot
 from store.hot import HotState, Reserved, connect
 from store.local_servers import RedisServer, free_port
 from store.pipelined import PipelinedRedis
@@ -125,6 +128,11 @@ async def _no_postgres() -> Any:
     raise RuntimeError("the scripts bench writes nothing to Postgres")
 
 
+#: Screens the reservations go round: with a frequency cap of 60 an hour, no campaign and
+#: screen pair reaches it in a run.
+_SCREENS = [f"screen-{n}" for n in range(1000)]
+
+
 async def _round(port: int, camps: list[CampaignInfo], calls: int, callers: int) -> list[Step]:
     url = f"redis://127.0.0.1:{port}/0"
     client = connect(url, timeout=5.0)
@@ -141,24 +149,25 @@ async def _round(port: int, camps: list[CampaignInfo], calls: int, callers: int)
         "audience": "12.5",
     }
 
-    def reserve(camp: CampaignInfo, fields: dict[str, str]) -> Callable[[], Awaitable[Any]]:
+    def reserve(
+        camp: CampaignInfo, fields: dict[str, str], number: int
+    ) -> Callable[[], Awaitable[Any]]:
         now = datetime.now(UTC)
-        return lambda: hot.reserve(
-            camp, _PRICE, "screen-1", now, now + timedelta(minutes=30), fields
-        )
+        screen = _SCREENS[number % len(_SCREENS)]
+        return lambda: hot.reserve(camp, _PRICE, screen, now, now + timedelta(minutes=30), fields)
 
     steps = []
     offer_step, made = await _step(
         "offer reservation",
         port,
-        [reserve(camps[i % len(camps)], core) for i in range(calls)],
+        [reserve(camps[i % len(camps)], core, i) for i in range(calls)],
         callers,
     )
     steps.append(offer_step)
     bid_step, _ = await _step(
         "bid reservation",
         port,
-        [reserve(camps[i % len(camps)], bid) for i in range(calls)],
+        [reserve(camps[i % len(camps)], bid, i) for i in range(calls)],
         callers,
     )
     steps.append(bid_step)
@@ -183,12 +192,23 @@ async def _round(port: int, camps: list[CampaignInfo], calls: int, callers: int)
     return steps
 
 
-async def run(port: int, calls: int, callers: int, rounds: int, campaigns: int) -> None:
+def _inventory(name: str, campaigns: int) -> tuple[list[CampaignInfo], dict[tuple[str, str], str]]:
+    """The campaigns the reservations go round, and the billing codes."""
+    if name == "plain":
+        return [_campaign(None, n) for n in range(campaigns)], {}
+    snapshot = build_snapshot(seed.full_document())
+    return list(snapshot.campaigns.values()), snapshot.billing_codes
+
+
+async def run(
+    port: int, calls: int, callers: int, rounds: int, campaigns: int, inventory: str
+) -> None:
     client = connect(f"redis://127.0.0.1:{port}/0", timeout=5.0)
-    camps = [_campaign(None, n) for n in range(campaigns)]
+    camps, codes = _inventory(inventory, campaigns)
     await HotState(client).sync_inventory(
-        {c.id: (c.shard, c.budget_micros) for c in camps}, {}, force=True
+        {c.id: (c.shard, c.budget_micros) for c in camps}, codes, force=True
     )
+    print(f"{len(camps)} campaigns, {len(codes)} billing codes", flush=True)
     await client.aclose()
     by_step: dict[str, list[Step]] = {}
     for number in range(1, rounds + 1):
@@ -234,6 +254,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--campaigns", type=int, default=64)
     parser.add_argument("--allocator", choices=("glibc", "jemalloc"), default="glibc")
+    parser.add_argument("--inventory", choices=("plain", "bench"), default="plain")
     args = parser.parse_args()
     shutil.rmtree(ROOT, ignore_errors=True)
     preload = _jemalloc() if args.allocator == "jemalloc" else ""
@@ -241,7 +262,9 @@ def main() -> None:
     server.start()
     print(f"Redis allocator: {_allocator_in_use(server)}", flush=True)
     try:
-        uvloop.run(run(server.port, args.calls, args.callers, args.rounds, args.campaigns))
+        uvloop.run(
+            run(server.port, args.calls, args.callers, args.rounds, args.campaigns, args.inventory)
+        )
     finally:
         server.stop()
 

@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from store.hot.client import HASH_MAX_LISTPACK_ENTRIES
+
 _UNPRIVILEGED_USER = "nobody"
 _START_TIMEOUT_S = 60.0
 #: Under root: the folder of the clusters and installation copies `nobody` runs (see above).
@@ -315,6 +317,8 @@ class RedisServer:
             str(log),
             "--protected-mode",
             "no",
+            "--hash-max-listpack-entries",
+            str(HASH_MAX_LISTPACK_ENTRIES),
             *self.extra_args,
         ]
         env = {**os.environ, "LD_PRELOAD": self.preload} if self.preload else None

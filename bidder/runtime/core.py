@@ -19,7 +19,7 @@ from bidder.runtime.postgres import PostgresHandle
 from bidder.runtime.rate_limit import RateLimiter, serve_workers
 from bidder.settings import Settings
 from matching.snapshot import SHARDS, Snapshot
-from store.hot import HotState, connect
+from store.hot import HotState, connect, listpack_warning
 from store.pipelined_cluster import open_pipelined
 from store.records import run_writer
 
@@ -91,6 +91,10 @@ class Runtime:
         Never fails on an unreachable dependency: /readyz reports it and the loops retry."""
         with contextlib.suppress(Exception):  # reported by /readyz, retried by the reload
             await self.postgres.connect()
+        with contextlib.suppress(Exception):  # a look only: Redis' own trouble is /readyz's
+            warning = await asyncio.wait_for(listpack_warning(self.redis), 2)
+            if warning:
+                log.warning(warning)
         await self.inventory.load()
         settings, loops = self.settings, self.loops
         loops.spawn(

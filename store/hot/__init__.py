@@ -2,7 +2,7 @@
 the client (`client`), the signed inventory copy (`inventory_copy`), the budget slices'
 placement (`slices`), the Lua scripts' sources (`scripts`) and their typed calls (`state`)."""
 
-from store.hot.client import connect
+from store.hot.client import HASH_MAX_LISTPACK_ENTRIES, connect, listpack_warning
 from store.hot.ids import day_of, epoch_ms, hour_of, new_id, random_uuid, shard_of
 from store.hot.inventory_copy import (
     COPY_CLAIM_MS,
@@ -49,6 +49,7 @@ from store.hot.state import (
 
 __all__ = [
     "COPY_CLAIM_MS",
+    "HASH_MAX_LISTPACK_ENTRIES",
     "INVENTORY_COPY_FORMAT",
     "INVENTORY_COPY_KEY",
     "MOVES_QUIET_MS",
@@ -77,6 +78,7 @@ __all__ = [
     "expiry_key",
     "freq_key",
     "hour_of",
+    "listpack_warning",
     "new_id",
     "offer_key",
     "queue_key",

@@ -13,6 +13,16 @@ from redis.typing import EncodableT
 
 from store.hot.topology import RedisMode, parse
 
+#: The most fields a hash may have for Redis to keep it as a listpack, which it scans field by
+#: field on every read and write (`hash-max-listpack-entries`). A shard's budget hash holds
+#: three fields or more per campaign and its day and frequency hashes one or two, each read and
+#: written by every request: at Valkey's default of 512, the bench inventory's budget hashes
+#: (about 500 fields) cost a reservation 8.8 us of Redis CPU for its HMGET and 2.9 us for each
+#: HINCRBY, against 0.8 and 0.4 as hash tables. Offers (4 to 18 fields) and deals stay
+#: listpacks. The local servers run with it; deploy/README.md, "Redis", asks it of production.
+HASH_MAX_LISTPACK_ENTRIES = 64
+_LISTPACK_SETTING = "hash-max-listpack-entries"
+
 
 class _SentinelPrimary(Redis):
     """A client on the primary the sentinels name; closing it closes its sentinel clients."""
@@ -97,3 +107,21 @@ class _WaitingCluster(RedisCluster):
 def is_cluster(redis: Redis) -> bool:
     """Whether `redis` speaks to a Redis Cluster (a multi-key command must stay in one slot)."""
     return isinstance(redis, RedisCluster)
+
+
+async def listpack_warning(redis: Redis) -> str | None:
+    """What to tell the operator when Redis keeps hashes of more than HASH_MAX_LISTPACK_ENTRIES
+    fields as listpacks (a cluster answers for one of its nodes); None when it does not, or when
+    it refuses CONFIG GET (a managed service may)."""
+    try:
+        answer = await redis.config_get(_LISTPACK_SETTING)
+        limit = int(str(answer[_LISTPACK_SETTING]))
+    except Exception:
+        return None
+    if limit <= HASH_MAX_LISTPACK_ENTRIES:
+        return None
+    return (
+        f"Redis has {_LISTPACK_SETTING} {limit}: a shard's budget, day and frequency hashes of "
+        f"up to that many fields are scanned field by field on every request; set it to "
+        f"{HASH_MAX_LISTPACK_ENTRIES} (deploy/README.md, Redis)"
+    )

@@ -12,16 +12,19 @@ from redis.asyncio import Redis
 
 from matching.snapshot import CampaignInfo, build_snapshot
 from store.hot import (
+    HASH_MAX_LISTPACK_ENTRIES,
     Answered,
     HotState,
     NotAnswered,
     Refused,
     Reserved,
     Tracked,
+    budget_key,
     day_key,
     epoch_ms,
     expiry_key,
     freq_key,
+    listpack_warning,
     offer_key,
     queue_key,
     queue_keys,
@@ -368,3 +371,30 @@ async def test_an_answer_returns_the_budget_as_it_stands_after_it(redis_client: 
         rejected.budget.reserved,
         rejected.budget.spent,
     )
+
+
+async def test_redis_keeps_the_hot_hashes_as_hash_tables_or_the_worker_says_so(
+    redis_client: Redis,
+) -> None:
+    """deploy/README.md, "Redis": a shard's budget hash past HASH_MAX_LISTPACK_ENTRIES fields is
+    a hash table on the project's own servers, and a Redis keeping larger listpacks (Valkey's
+    default of 512) is named in a warning with the setting to use."""
+    setting = "hash-max-listpack-entries"
+    before = str((await redis_client.config_get(setting))[setting])
+    try:
+        await redis_client.config_set(setting, HASH_MAX_LISTPACK_ENTRIES)
+        assert await listpack_warning(redis_client) is None
+        shard_hash = budget_key(0)
+        fields: dict[Any, Any] = {
+            f"campaign-{n}:t": str(n) for n in range(HASH_MAX_LISTPACK_ENTRIES + 1)
+        }
+        await redis_client.hset(shard_hash, mapping=fields)
+        assert await redis_client.object("encoding", shard_hash) == b"hashtable"
+
+        await redis_client.config_set(setting, 512)
+        warning = await listpack_warning(redis_client)
+        assert warning is not None
+        assert "512" in warning
+        assert str(HASH_MAX_LISTPACK_ENTRIES) in warning
+    finally:
+        await redis_client.config_set(setting, before)

@@ -16,6 +16,7 @@ import asyncpg
 import pytest
 import redis
 
+from store.hot import HASH_MAX_LISTPACK_ENTRIES
 from store.local_servers import (
     LocalServerError,
     PostgresServer,
@@ -51,6 +52,21 @@ def test_a_redis_left_running_by_a_killed_run_is_replaced_with_its_data(tmp_path
     finally:
         again.stop()
     assert not _listening(port)
+
+
+def test_the_local_redis_keeps_hashes_past_64_fields_as_hash_tables(tmp_path: Path) -> None:
+    """deploy/README.md, "Redis": the project's own servers run with the setting production is
+    asked for, so the bench and the tests see the hot hashes' production cost."""
+    server = RedisServer(tmp_path / "redis", free_port())
+    server.start()
+    try:
+        client = redis.Redis(port=server.port)
+        setting = client.config_get("hash-max-listpack-entries")
+        assert setting == {"hash-max-listpack-entries": str(HASH_MAX_LISTPACK_ENTRIES)}
+        assert HASH_MAX_LISTPACK_ENTRIES == 64
+        client.close()
+    finally:
+        server.stop()
 
 
 def test_a_program_of_another_folder_on_the_port_is_an_error_not_used(tmp_path: Path) -> None:
