@@ -335,10 +335,8 @@ class HotState:
         offer = {
             **fields,
             "offer_id": offer_id,
-            "campaign": campaign.id,
             "advertiser": campaign.advertiser_id,
             "screen": screen_id,
-            "price": str(price_micros),
             "created_ms": str(now_ms),
             "expires_ms": str(expires_ms),
             "day": day,
@@ -358,11 +356,11 @@ class HotState:
             offer_id,
             self._deadline(shard),
         ]
-        if self.packed_offers:  # the fields the scripts change or sum, the rest in one value
-            argv.extend(("campaign", campaign.id, "price", offer.pop("price")))
-            del offer["campaign"]
+        # The script writes `status`, `campaign` and `price` (the fields the scripts change or
+        # sum) itself; packed, every other field is one value.
+        if self.packed_offers:
             argv.extend((PACKED_FIELD, _json.encode(offer).decode()))
-        else:  # the offer's fields as name, value pairs
+        else:  # the offer's other fields as name, value pairs
             argv.extend(chain.from_iterable(offer.items()))
         keys = [
             budget_key(shard),

@@ -6,8 +6,8 @@
 --       5 expiry zset
 -- ARGV: 1 campaign id, 2 price, 3 daily limit (-1: none), 4 frequency cap (-1: none),
 --       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms, 9 offer id,
---       10 deadline (epoch ms, 0: none; see too_late), 11.. offer field/value pairs (the offer
---       hash, `status` added)
+--       10 deadline (epoch ms, 0: none; see too_late), 11.. the offer hash's other field/value
+--       pairs (`status`, `campaign` and `price` are written from the arguments above)
 -- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}, the refusals
 -- 'budget', 'slice_budget', 'daily_budget' and 'slice_daily' followed by what the slice has
 -- free of it. On a budget
@@ -58,10 +58,11 @@ if freq_field and redis.call('HINCRBY', KEYS[3], freq_field, 1) == 1 then
   redis.call('PEXPIRE', KEYS[3], 7200000)
 end
 if freq_field then  -- the clock hour whose cap counts it (see release_play)
-  redis.call('HSET', KEYS[4], 'status', 'open',
+  redis.call('HSET', KEYS[4], 'status', 'open', 'campaign', cid, 'price', ARGV[2],
              'freq_hour', math.floor(tonumber(ARGV[6]) / 3600000), unpack(ARGV, 11))
 else
-  redis.call('HSET', KEYS[4], 'status', 'open', unpack(ARGV, 11))
+  redis.call('HSET', KEYS[4], 'status', 'open', 'campaign', cid, 'price', ARGV[2],
+             unpack(ARGV, 11))
 end
 redis.call('PEXPIRE', KEYS[4], ARGV[8])
 redis.call('ZADD', KEYS[5], ARGV[7], ARGV[9])
