@@ -36,9 +36,7 @@ from store.hot import (
 )
 from store.pipelined import HotConnection
 from store.pipelined_cluster import open_pipelined
-from store.postgres import create_pool
 from store.reconcile import reconcile, summarize
-from store.records import RecordWriter
 from tests.support.factories import (
     CAMPAIGN,
     CREATIVE_VIDEO,
@@ -49,7 +47,7 @@ from tests.support.factories import (
     seed,
     uid,
 )
-from tests.support.records import billing_payload, drain, tracking_payload
+from tests.support.records import billing_payload, tracking_payload, write_queued
 from tests.support.servers import ServerUrls, redis_mode
 
 SCREENS = [uid(100 + n, 3) for n in range(40)]
@@ -406,7 +404,7 @@ def _script(redis: Redis, name: str) -> Any:
 
 
 async def test_a_grant_never_credited_overspends_nothing_and_reconcile_gives_it_back(
-    redis_client: Redis, migrated: str, clean: None
+    redis_client: Redis, migrated: str, pool: asyncpg.Pool
 ) -> None:
     hot, camp, doc = await _hot(redis_client, 16, "20")
     await seed(migrated, doc)
@@ -425,30 +423,20 @@ async def test_a_grant_never_credited_overspends_nothing_and_reconcile_gives_it_
     assert state.spent == 5_000_000
     assert state.granted - state.allowances == 15_000_000  # the stranded chunk
 
-    pool = await create_pool(migrated, max_size=2)
-    try:
-
-        async def get_pool() -> asyncpg.Pool:
-            return pool
-
-        await drain(RecordWriter(redis_client, get_pool, consumer="t"), redis_client)
-        async with pool.acquire() as conn:
-            found = await reconcile(redis_client, conn, settle_seconds=0)
-            assert list(found.differing) == [CAMPAIGN]
-            assert any("stranded" in d for d in found.differing[CAMPAIGN])
-            # Moved within the quiet time: a credit could still be on its way, nothing changes.
-            waiting = await reconcile(redis_client, conn, repair=True, settle_seconds=0)
-            assert waiting.waiting == [CAMPAIGN]
-            assert (await _slices(redis_client, camp)).granted == state.granted
-            await asyncio.sleep(0.05)
-            repaired = await reconcile(
-                redis_client, conn, repair=True, settle_seconds=0, quiet_ms=20
-            )
-            assert repaired.repaired == [CAMPAIGN]
-            again = await reconcile(redis_client, conn, settle_seconds=0)
-            assert again.differing == {}
-    finally:
-        await pool.close()
+    await write_queued(pool, redis_client)
+    async with pool.acquire() as conn:
+        found = await reconcile(redis_client, conn, settle_seconds=0)
+        assert list(found.differing) == [CAMPAIGN]
+        assert any("stranded" in d for d in found.differing[CAMPAIGN])
+        # Moved within the quiet time: a credit could still be on its way, nothing changes.
+        waiting = await reconcile(redis_client, conn, repair=True, settle_seconds=0)
+        assert waiting.waiting == [CAMPAIGN]
+        assert (await _slices(redis_client, camp)).granted == state.granted
+        await asyncio.sleep(0.05)
+        repaired = await reconcile(redis_client, conn, repair=True, settle_seconds=0, quiet_ms=20)
+        assert repaired.repaired == [CAMPAIGN]
+        again = await reconcile(redis_client, conn, settle_seconds=0)
+        assert again.differing == {}
     state = await _slices(redis_client, camp)
     assert state.granted == state.allowances
     await _drain_budget(hot, camp, 1_000_000)  # the 15 cents are spendable again
@@ -550,10 +538,7 @@ async def test_reconcile_agrees_after_mixed_traffic_on_slices_and_repairs_one(
     await asyncio.sleep(0.01)
     await hot.expire_due(datetime.now(UTC))
 
-    async def get_pool() -> asyncpg.Pool:
-        return pool
-
-    await drain(RecordWriter(redis_client, get_pool, consumer="t"), redis_client)
+    await write_queued(pool, redis_client)
     async with pool.acquire() as conn:
         report = await reconcile(redis_client, conn, settle_seconds=0)
         assert report.differing == {}

@@ -16,9 +16,7 @@ from redis.asyncio import Redis
 
 from matching.snapshot import CampaignInfo
 from store.hot import Answered, HotState, Reserved, offer_key, queue_key, shard_of
-from store.postgres import create_pool
 from store.reconcile import check_balances
-from store.records import RecordWriter
 from tests.support.core import live_app
 from tests.support.core import prepare as prepare_core
 from tests.support.factories import PUB, SCREEN_MOVING
@@ -29,10 +27,10 @@ from tests.support.records import (
     assert_balanced,
     assert_exactly_once,
     billing_payload,
-    drain,
     make_records,
     prepare,
     tracking_payload,
+    write_queued,
 )
 from tests.support.servers import ServerUrls, make_settings
 
@@ -171,7 +169,7 @@ async def test_every_outcome_records_the_same_offer_from_either_form(
 
 
 async def test_offers_of_both_forms_are_written_once_and_reconcile_balances(
-    redis_client: Redis, migrated: str
+    redis_client: Redis, migrated: str, pool: asyncpg.Pool
 ) -> None:
     """Offers left by an earlier version (every field on its own) and new packed ones, mixed
     and answered by the current scripts: every record lands once, the money balances, and
@@ -182,22 +180,14 @@ async def test_offers_of_both_forms_are_written_once_and_reconcile_balances(
     expected.merge(await make_records(fields, camp, rounds=2))
     expected.merge(await make_records(packed, camp, rounds=2))
     assert len(expected.open_offers) == 4
-    pool = await create_pool(migrated, max_size=2)
-    try:
-
-        async def get_pool() -> asyncpg.Pool:
-            return pool
-
-        await drain(RecordWriter(redis_client, get_pool, consumer="t"), redis_client)
-        async with pool.acquire() as conn:
-            await assert_exactly_once(conn, expected)
-            await assert_balanced(redis_client, conn)
-            report = await check_balances(redis_client, conn)
-            assert report.differing == {}
-            assert report.campaigns[camp.id].open_offer_count == 4
-            assert report.campaigns[camp.id].open_offers_in_redis == 4 * PRICE
-    finally:
-        await pool.close()
+    await write_queued(pool, redis_client)
+    async with pool.acquire() as conn:
+        await assert_exactly_once(conn, expected)
+        await assert_balanced(redis_client, conn)
+        report = await check_balances(redis_client, conn)
+        assert report.differing == {}
+        assert report.campaigns[camp.id].open_offer_count == 4
+        assert report.campaigns[camp.id].open_offers_in_redis == 4 * PRICE
 
 
 @pytest.mark.parametrize(("form", "fields_kept"), [("packed", 4), ("fields", 12)])

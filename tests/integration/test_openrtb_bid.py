@@ -16,7 +16,6 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
-import asyncpg
 import pytest
 from openapi_schema_validator import OAS30Validator
 
@@ -24,7 +23,6 @@ from bidder.runtime import utcnow
 from bidder.settings import Settings
 from bidder.signing import verify
 from store.hot import HotState, connect
-from store.records import RecordWriter
 from tests.support import factories as f
 from tests.support.core import Live, live_app
 from tests.support.openrtb import (
@@ -43,7 +41,7 @@ from tests.support.openrtb import (
     validate_bid_response,
     validate_vast,
 )
-from tests.support.records import drain
+from tests.support.records import write_queued
 from tests.support.servers import ServerUrls
 
 
@@ -189,11 +187,7 @@ async def test_the_outcome_record_carries_the_bid_request_fields_to_postgres(
     assert Decimal(carried["audience"]) == Decimal("119.47")
 
     pool = await live.rt.postgres.connect()
-
-    async def get_pool() -> asyncpg.Pool:
-        return pool
-
-    await drain(RecordWriter(live.rt.redis, get_pool, consumer="test"), live.rt.redis)
+    await write_queued(pool, live.rt.redis)
     row = await pool.fetchrow(
         "SELECT status, channel, auction_id, imp_id, pmp_deal_id, audience, bid_price_cents "
         "FROM offers WHERE offer_id = $1",
@@ -508,11 +502,7 @@ async def test_an_audience_finer_than_4_decimals_is_recorded_as_priced(live: Liv
     parts = urlsplit(bid["lurl"].replace("reason=${AUCTION_LOSS}", "reason=102"))
     assert (await live.client.get(f"{parts.path}?{parts.query}")).status_code == 204
     pool = await live.rt.postgres.connect()
-
-    async def get_pool() -> asyncpg.Pool:
-        return pool
-
-    await drain(RecordWriter(live.rt.redis, get_pool, consumer="test"), live.rt.redis)
+    await write_queued(pool, live.rt.redis)
     row = await pool.fetchrow(
         "SELECT audience, bid_price_cents FROM offers WHERE offer_id = $1", bid["adid"]
     )

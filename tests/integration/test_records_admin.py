@@ -19,7 +19,6 @@ from matching.snapshot import build_snapshot
 from store.hot import Answered, HotState, Reserved, budget_key, offer_key, shard_of
 from store.local_servers import free_port
 from store.reconcile import reconcile, summarize
-from store.records import RecordWriter
 from tests.support.admin import parsed
 from tests.support.cli import audit_lines, bidder, cli_env
 from tests.support.core import live_app
@@ -36,10 +35,10 @@ from tests.support.records import (
     accept_offer,
     billing_payload,
     core_reject,
-    drain,
     make_records,
     prepare,
     reserve_offer,
+    write_queued,
 )
 from tests.support.servers import ADMIN_TOKEN, ServerUrls, make_settings, wait_for_inventory
 
@@ -240,10 +239,7 @@ async def test_reconcile_reports_and_repairs_counters_from_the_records(
     hot, camp = await prepare(redis_client, migrated)
     await make_records(hot, camp, rounds=2)
 
-    async def get_pool() -> asyncpg.Pool:
-        return pool
-
-    await drain(RecordWriter(redis_client, get_pool, consumer="t"), redis_client)
+    await write_queued(pool, redis_client)
     # One more record still in the queue: it counts as proven too.
     await core_reject(hot, camp)
     async with pool.acquire() as conn:

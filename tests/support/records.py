@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import asyncpg
 from redis.asyncio import Redis
 
 from matching.money import split_gross
@@ -205,6 +206,15 @@ async def make_records(hot: HotState, camp: CampaignInfo, rounds: int) -> Expect
         for done in await asyncio.gather(*(op(hot, camp) for op in MIX)):
             expected.merge(done)
     return expected
+
+
+async def write_queued(pool: asyncpg.Pool, redis: Redis) -> None:
+    """Write every queued record into `pool`'s database: a writer on it, drained."""
+
+    async def get_pool() -> asyncpg.Pool:
+        return pool
+
+    await drain(RecordWriter(redis, get_pool, consumer="test"), redis)
 
 
 async def drain(writer: RecordWriter, redis: Redis, within: float = 20.0) -> None:
