@@ -375,13 +375,24 @@ async def test_a_daily_limit_is_never_passed_over_the_slices_and_is_spent_down(
 ) -> None:
     # 10 cents a day at 2.5 cents a play: 4 plays today, whichever screens ask, at once.
     hot, camp, _ = await _hot(redis_client, 16, "1000", daily_budget_cents=Decimal(10))
+    # Two plays first, each on a slice other than the home, so that the plays are on several
+    # slices whichever requests of the burst below reach Redis first (the home's own screens
+    # need no grant and would otherwise win every race on an idle machine).
+    shards = slice_shards(camp.shard, 16)
+    elsewhere: dict[int, str] = {}
+    for screen_id in SCREENS:
+        shard = shards[slice_index(screen_id, 16)]
+        if shard != camp.shard:
+            elsewhere.setdefault(shard, screen_id)
+    first = [await _reserve(hot, camp, 2_500_000, s) for s in list(elsewhere.values())[:2]]
+    assert all(isinstance(r, Reserved) for r in first), first
     calls = asyncio.Semaphore(48)
 
     async def reserve(screen_id: str) -> Reserved | Refused:
         async with calls:
             return await _reserve(hot, camp, 2_500_000, screen_id)
 
-    results = await asyncio.gather(*[reserve(s) for s in SCREENS * 3])
+    results = first + await asyncio.gather(*[reserve(s) for s in SCREENS * 3])
     made = [r for r in results if isinstance(r, Reserved)]
     assert len(made) == 4
     assert {r.reason for r in results if isinstance(r, Refused)} == {"daily_budget"}
