@@ -91,10 +91,6 @@ class Runtime:
         Never fails on an unreachable dependency: /readyz reports it and the loops retry."""
         with contextlib.suppress(Exception):  # reported by /readyz, retried by the reload
             await self.postgres.connect()
-        with contextlib.suppress(Exception):  # a look only: Redis' own trouble is /readyz's
-            warning = await asyncio.wait_for(listpack_warning(self.redis), 2)
-            if warning:
-                log.warning(warning)
         await self.inventory.load()
         settings, loops = self.settings, self.loops
         loops.spawn(
@@ -104,8 +100,17 @@ class Runtime:
         loops.spawn(
             sweep_loop(loops, self.hot, self.metrics, settings.intervals.sweep_interval_seconds)
         )
+        loops.spawn(self._check_redis_settings())
         for loop in self.extra_loops:
             loops.spawn(loop(self))
+
+    async def _check_redis_settings(self) -> None:
+        """Warn once when Redis keeps the hot hashes as listpacks (store/hot/client.py); a look
+        only, beside the start: Redis' own trouble is /readyz's."""
+        with contextlib.suppress(Exception):
+            warning = await listpack_warning(self.redis)
+            if warning:
+                log.warning(warning)
 
     async def stop(self) -> None:
         """End the background loops, then close the pool and the clients; each step bounded,

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
+from bidder.runtime import Runtime
+from bidder.settings import Settings
 from matching.snapshot import CampaignInfo, build_snapshot
 from store.hot import (
     HASH_MAX_LISTPACK_ENTRIES,
@@ -396,5 +400,35 @@ async def test_redis_keeps_the_hot_hashes_as_hash_tables_or_the_worker_says_so(
         assert warning is not None
         assert "512" in warning
         assert str(HASH_MAX_LISTPACK_ENTRIES) in warning
+    finally:
+        await redis_client.config_set(setting, before)
+
+
+async def test_a_worker_names_listpacked_hot_hashes_in_its_log_when_it_starts(
+    redis_client: Redis, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The warning reaches the operator: a worker started on a Redis with Valkey's default
+    listpack limit logs it once, beside its start; on the project's setting it logs nothing."""
+    setting = "hash-max-listpack-entries"
+    before = str((await redis_client.config_get(setting))[setting])
+
+    async def warnings_of_a_start() -> list[str]:
+        rt = Runtime(settings)
+        with caplog.at_level(logging.WARNING, logger="bidder.runtime"):
+            caplog.clear()
+            await rt.start()
+            try:
+                checks = [t for t in rt.loops.tasks if "_check_redis_settings" in repr(t)]
+                assert len(checks) == 1
+                await asyncio.wait_for(checks[0], 5)
+            finally:
+                await rt.stop()
+        return [r.getMessage() for r in caplog.records if setting in r.getMessage()]
+
+    try:
+        await redis_client.config_set(setting, 512)
+        assert len(await warnings_of_a_start()) == 1
+        await redis_client.config_set(setting, HASH_MAX_LISTPACK_ENTRIES)
+        assert await warnings_of_a_start() == []
     finally:
         await redis_client.config_set(setting, before)
