@@ -111,12 +111,12 @@ end
 
 -- Release an open offer's reservation and mark it with a final status (and the name, value
 -- pairs of `more`, written with it). Returns the campaign's budget triple after the change,
--- worked out from its fields before it (`budget`, read_budget's, when the caller has them).
+-- worked out from its fields before it (`budget`, read_budget's, read here unless given).
 local function settle(budget_key, day_key, offer_key, offer, status, spend, at_ms, freq_key,
                       more, budget)
   local cid = offer['campaign']
   local price = tonumber(offer['price'])
-  local b = budget or redis.call('HMGET', budget_key, cid .. ':t', cid .. ':r', cid .. ':s')
+  local b = budget or read_budget(budget_key, cid)
   release_play(freq_key, offer, status, at_ms)
   local release = '-' .. offer['price']  -- as stored: no number formatted again
   redis.call('HINCRBY', budget_key, cid .. ':r', release)
