@@ -156,20 +156,13 @@ async def _round(port: int, camps: list[CampaignInfo], calls: int, callers: int)
         screen = _SCREENS[number % len(_SCREENS)]
         return lambda: hot.reserve(camp, _PRICE, screen, now, now + timedelta(minutes=30), fields)
 
+    def reservations(fields: dict[str, str]) -> list[Callable[[], Awaitable[Any]]]:
+        return [reserve(camps[i % len(camps)], fields, i) for i in range(calls)]
+
     steps = []
-    offer_step, made = await _step(
-        "offer reservation",
-        port,
-        [reserve(camps[i % len(camps)], core, i) for i in range(calls)],
-        callers,
-    )
+    offer_step, made = await _step("offer reservation", port, reservations(core), callers)
     steps.append(offer_step)
-    bid_step, _ = await _step(
-        "bid reservation",
-        port,
-        [reserve(camps[i % len(camps)], bid, i) for i in range(calls)],
-        callers,
-    )
+    bid_step, _ = await _step("bid reservation", port, reservations(bid), callers)
     steps.append(bid_step)
     offers = [r.offer_id for r in made if isinstance(r, Reserved)]
 
