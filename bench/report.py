@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -239,6 +240,22 @@ def _mark(met: bool | None) -> str:
     return {True: "met", False: "NOT met", None: "not measured"}[met]
 
 
+def context_lines(
+    settings: Mapping[str, str], machine: Mapping[str, str], versions: Mapping[str, str]
+) -> list[str]:
+    """A report's "Settings" and "Machine and versions" sections, as markdown lines."""
+    return [
+        "## Settings",
+        "",
+        *[f"- {k}: {v}" for k, v in settings.items()],
+        "",
+        "## Machine and versions",
+        "",
+        *[f"- {k}: {v}" for k, v in {**machine, **versions}.items()],
+        "",
+    ]
+
+
 def render_markdown(report: RunReport, chart_name: str | None = None) -> str:
     out = [
         f"# Bench run {report.day.isoformat()} {report.scenario} on {report.commit}",
@@ -247,14 +264,7 @@ def render_markdown(report: RunReport, chart_name: str | None = None) -> str:
         f"- command: `{report.command}` ({report.mode})",
         f"- scenario: {report.scenario}",
         "",
-        "## Settings",
-        "",
-        *[f"- {k}: {v}" for k, v in report.settings.items()],
-        "",
-        "## Machine and versions",
-        "",
-        *[f"- {k}: {v}" for k, v in {**report.machine, **report.versions}.items()],
-        "",
+        *context_lines(report.settings, report.machine, report.versions),
     ]
     if report.notes:
         out += ["## Notes", "", *[f"- {n}" for n in report.notes], ""]
