@@ -39,38 +39,38 @@ end
 -- `resolved_ms`, `deal_id`, `accepted_price`, `loss_count`) as fields, and every other field of
 -- the offer packed into one JSON object, `rest`: a few fields to write instead of a dozen or
 -- more. A hash without `rest` has every field on its own (written so by OFFER_HASH=fields);
--- both read the same; a field of its own wins over a packed one of the same name. The table
--- read keeps the packed text under PACKED (no string, so no field name), for offer_json.
-local PACKED = {}
-
+-- both read the same; a field of its own wins over a packed one of the same name.
+-- Packed, the table read holds the fields of its own and finds the packed ones through its
+-- metatable (`__index`), whose `text` keeps the packed JSON as stored, for offer_json: no
+-- copying of the packed fields into the table, and no sorting them out again for the record.
 local function read_offer(key)
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then return nil end
   local offer = hash_to_table(flat)
   local rest = offer['rest']
-  if rest then
-    offer['rest'] = nil
-    local packed, clash = cjson.decode(rest), false
-    for k, v in pairs(packed) do
-      if offer[k] == nil then offer[k] = v else clash = true end
+  if rest == nil then return offer end
+  offer['rest'] = nil
+  local packed = cjson.decode(rest)
+  for k in pairs(offer) do
+    if packed[k] ~= nil then  -- a field on its own and packed too: unpack, its own wins
+      for name, v in pairs(packed) do
+        if offer[name] == nil then offer[name] = v end
+      end
+      return offer
     end
-    if not clash then offer[PACKED] = {text = rest, fields = packed} end
   end
-  return offer
+  return setmetatable(offer, {__index = packed, text = rest})
 end
 
 -- The offer as a record's JSON object: every field, the packed ones spliced in as they are
--- stored rather than decoded and encoded again.
+-- stored rather than decoded and encoded again (cjson encodes a table's own fields only).
 local function offer_json(offer)
-  local packed = offer[PACKED]
-  if packed == nil then return cjson.encode(offer) end
-  local own = {}
-  for k, v in pairs(offer) do
-    if type(k) == 'string' and packed.fields[k] == nil then own[k] = v end
-  end
-  if next(own) == nil then return packed.text end
-  if next(packed.fields) == nil then return cjson.encode(own) end
-  return string.sub(packed.text, 1, -2) .. ',' .. string.sub(cjson.encode(own), 2)
+  local meta = getmetatable(offer)
+  if meta == nil then return cjson.encode(offer) end
+  if next(offer) == nil then return meta.text end
+  local own = cjson.encode(offer)
+  if next(meta.__index) == nil then return own end
+  return string.sub(meta.text, 1, -2) .. ',' .. string.sub(own, 2)
 end
 
 -- The campaign's budget fields on this shard, as HMGET gives them: {t, r, s, g, a}.

@@ -168,6 +168,63 @@ async def test_every_outcome_records_the_same_offer_from_either_form(
     assert accept["channel"] == "core"
 
 
+def _object_without_repeats(text: str) -> dict[str, Any]:
+    """A JSON object decoded, failing when a name appears twice in it (json.loads would keep
+    the last one silently)."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        names = [name for name, _ in items]
+        assert len(names) == len(set(names)), f"a name repeated in {text}"
+        return dict(items)
+
+    decoded: dict[str, Any] = json.loads(text, object_pairs_hook=pairs)
+    return decoded
+
+
+async def test_a_record_names_each_field_of_a_packed_offer_once(
+    redis_client: Redis, migrated: str
+) -> None:
+    """A packed offer's record splices the packed JSON and the fields of its own: every name
+    once, the packed ones and the ones its answer wrote alike."""
+    _, camp = await prepare(redis_client, migrated)
+    packed, _ = _both(redis_client)
+    now = datetime.now(UTC)
+    offer_id = await _reserve(packed, camp, now, _CORE_FIELDS)
+    later = now + timedelta(seconds=1)
+    await packed.respond(offer_id, PUB, "accept", later, billing_payload(PRICE), PRICE)
+    entries: Any = await redis_client.xrevrange(queue_key(camp.shard), count=1)
+    offer = _object_without_repeats(entries[0][1][b"o"].decode())
+    assert offer["status"] == "accepted"
+    assert offer["channel"] == "core"
+    assert offer["offer_id"] == offer_id
+    assert offer["resolved_ms"] == str(int(later.timestamp() * 1000))
+
+
+async def test_a_field_of_its_own_wins_over_the_same_field_packed(
+    redis_client: Redis, migrated: str
+) -> None:
+    """A hash with a field both on its own and in `rest` (no version writes one, but a hash
+    edited by hand can be one): the scripts read the field of its own, and the record names
+    it once, with that value."""
+    _, camp = await prepare(redis_client, migrated)
+    packed, _ = _both(redis_client)
+    now = datetime.now(UTC)
+    offer_id = await _reserve(packed, camp, now, _CORE_FIELDS)
+    key = offer_key(camp.shard, offer_id)
+    await redis_client.hset(key, mapping={"creative": "creative-own", "publisher": "someone"})
+    later = now + timedelta(seconds=1)
+    # The publisher of its own is not PUB: the answer finds no offer of PUB's.
+    refused = await packed.respond(offer_id, PUB, "reject", later, {})
+    assert not isinstance(refused, Answered)
+    await redis_client.hset(key, "publisher", PUB)
+    assert isinstance(await packed.respond(offer_id, PUB, "reject", later, {}), Answered)
+    entries: Any = await redis_client.xrevrange(queue_key(camp.shard), count=1)
+    offer = _object_without_repeats(entries[0][1][b"o"].decode())
+    assert offer["creative"] == "creative-own"
+    assert offer["status"] == "rejected"
+    assert offer["channel"] == "core"
+
+
 async def test_offers_of_both_forms_are_written_once_and_reconcile_balances(
     redis_client: Redis, migrated: str, pool: asyncpg.Pool
 ) -> None:
