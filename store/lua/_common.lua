@@ -8,25 +8,30 @@
 -- :r and :s. What a slice may hold reserved and spent: t - g on the home, a on another slice;
 -- of a daily limit, today: limit - dg on the home, da on another slice (day hash fields).
 
+-- A decimal string becomes a number by arithmetic (`s + 0`) on the hot path, not by
+-- `tonumber(s)`: Lua 5.1's tonumber is a C call that parses the string twice (once to check
+-- it, once to convert it), arithmetic parses it once. Each string converted so is one the
+-- caller or Redis wrote as a number (an argument, a budget field, TIME, an offer's field).
 local function num(v)
   if v == false or v == nil then return 0 end
-  return tonumber(v)
+  return v + 0
 end
 
 -- True when this script runs after `deadline` (epoch ms from the caller's clock; 0: none). The
 -- caller stops waiting for the reply then and answers "unavailable, retry", so a script that
 -- arrives late (Redis stalled, a backlog) must change nothing: that answer has to be true.
 local function too_late(deadline)
-  deadline = tonumber(deadline) or 0
+  deadline = deadline + 0
   if deadline <= 0 then return false end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > deadline
+  -- Redis' clock in whole ms is past the deadline when its unrounded ms reach deadline + 1.
+  return t[1] * 1000 + t[2] / 1000 >= deadline + 1
 end
 
 -- Redis' clock in epoch ms.
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
 local function hash_to_table(flat)
@@ -102,7 +107,7 @@ end
 -- it is the offer's own when the hours match (a past hour's cap is over: left alone).
 local function release_play(freq_key, offer, status, at_ms)
   if offer['freq_hour'] == nil or status == 'accepted' or status == 'billed' then return end
-  if tonumber(offer['freq_hour']) ~= math.floor(tonumber(at_ms) / 3600000) then return end
+  if offer['freq_hour'] + 0 ~= math.floor(at_ms / 3600000) then return end
   local field = offer['campaign'] .. ':' .. offer['screen']
   if num(redis.call('HGET', freq_key, field)) > 0 then
     redis.call('HINCRBY', freq_key, field, -1)
@@ -115,7 +120,7 @@ end
 local function settle(budget_key, day_key, offer_key, offer, status, spend, at_ms, freq_key,
                       more, budget)
   local cid = offer['campaign']
-  local price = tonumber(offer['price'])
+  local price = offer['price'] + 0
   local b = budget or read_budget(budget_key, cid)
   release_play(freq_key, offer, status, at_ms)
   local release = '-' .. offer['price']  -- as stored: no number formatted again

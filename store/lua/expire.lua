@@ -9,13 +9,13 @@ if offer == nil then
   redis.call('ZREM', KEYS[6], ARGV[1])
   return ''
 end
-local now = tonumber(ARGV[2])
+local now = ARGV[2] + 0
 if offer['status'] ~= 'open' then
   redis.call('ZREM', KEYS[6], ARGV[1])
   return ''
 end
-if tonumber(offer['expires_ms']) > now then return '' end
+if offer['expires_ms'] + 0 > now then return '' end
 expire_now(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[3], ARGV[4]), KEYS[1], offer,
            KEYS[5], KEYS[6], now, KEYS[7])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return offer['channel'] or ''

@@ -13,14 +13,14 @@ if offer == nil then return {'unknown', 0} end
 if offer['channel'] ~= 'openrtb' then return {'unknown', 0} end
 local count = redis.call('HINCRBY', KEYS[1], 'loss_count', 1)
 if count > 1 then return {'retry', count} end
-local now = tonumber(ARGV[1])
+local now = ARGV[1] + 0
 local extra = {after_billing = offer['status'] == 'billed', released = 0}
 local renew = true
 if offer['status'] == 'open' then
-  extra['released'] = tonumber(offer['price'])
+  extra['released'] = offer['price'] + 0
   -- A bid past its expiry is expired, as an answer finds it on the Core side, whether the
   -- sweeper got to it first or this notice did.
-  local final = tonumber(offer['expires_ms']) > now and 'lost' or 'expired'
+  local final = offer['expires_ms'] + 0 > now and 'lost' or 'expired'
   settle(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[2], ARGV[3]), KEYS[1], offer,
          final, 0, now, KEYS[7])
   redis.call('ZREM', KEYS[6], offer['offer_id'])
@@ -28,6 +28,6 @@ if offer['status'] == 'open' then
   -- retention (ARGV[5]): the retention is left without a PEXPIRE.
   renew = final ~= 'lost'
 end
-if renew then redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5])) end
+if renew then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
 enqueue(KEYS[5], 'loss_notice', offer, ARGV[4], extra)
 return {'first', count}

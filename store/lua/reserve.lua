@@ -4,7 +4,7 @@
 -- (docs/decisions.md, "An open offer lives only in Redis").
 -- KEYS: 1 budget hash, 2 today's day hash, 3 this hour's frequency hash, 4 offer hash,
 --       5 expiry zset
--- ARGV: 1 campaign id, 2 price, 3 daily limit (-1: none), 4 frequency cap (-1: none),
+-- ARGV: 1 campaign id, 2 price, 3 daily limit ('-1': none), 4 frequency cap ('-1': none),
 --       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms, 9 offer id,
 --       10 deadline (epoch ms, 0: none; see too_late), 11.. the offer hash's other field/value
 --       pairs (`status`, `campaign` and `price` are written from the arguments above)
@@ -15,8 +15,7 @@
 -- 'slice_budget', one never granted any 'unknown_campaign' (either way the caller asks the
 -- home for a grant, grant.lua), one short of today's allowance 'slice_daily' (grant_daily.lua).
 if too_late(ARGV[10]) then return {0, 'late', 0, 0, 0} end
-local cid, price = ARGV[1], tonumber(ARGV[2])
-local daily_limit, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
+local cid, price = ARGV[1], ARGV[2] + 0
 local reserved_field = cid .. ':r'
 local b = redis.call('HMGET', KEYS[1], cid .. ':t', reserved_field, cid .. ':s', cid .. ':g',
                      cid .. ':a')
@@ -29,7 +28,8 @@ elseif b[5] == false then
 elseif num(b[5]) - reserved - spent < price then
   return {0, 'slice_budget', 0, reserved, spent, num(b[5]) - reserved - spent}
 end
-if daily_limit >= 0 then
+if ARGV[3] ~= '-1' then
+  local daily_limit = ARGV[3] + 0
   -- With slices the home's share of today's limit is what it did not grant (`dg`), another
   -- slice's is its daily allowance (`da`), both in the day hash.
   local d = redis.call('HMGET', KEYS[2], reserved_field, cid .. ':s', cid .. ':dg', cid .. ':da')
@@ -42,8 +42,8 @@ if daily_limit >= 0 then
     return {0, 'slice_daily', 0, reserved, spent, num(d[4]) - used}
   end
 end
-local freq_field = cap >= 0 and cid .. ':' .. ARGV[5]
-if freq_field and num(redis.call('HGET', KEYS[3], freq_field)) >= cap then
+local freq_field = ARGV[4] ~= '-1' and cid .. ':' .. ARGV[5]
+if freq_field and num(redis.call('HGET', KEYS[3], freq_field)) >= ARGV[4] + 0 then
   return {0, 'frequency_cap', total, reserved, spent}
 end
 
@@ -59,7 +59,7 @@ if freq_field and redis.call('HINCRBY', KEYS[3], freq_field, 1) == 1 then
 end
 if freq_field then  -- the clock hour whose cap counts it (see release_play)
   redis.call('HSET', KEYS[4], 'status', 'open', 'campaign', cid, 'price', ARGV[2],
-             'freq_hour', math.floor(tonumber(ARGV[6]) / 3600000), unpack(ARGV, 11))
+             'freq_hour', math.floor(ARGV[6] / 3600000), unpack(ARGV, 11))
 else
   redis.call('HSET', KEYS[4], 'status', 'open', 'campaign', cid, 'price', ARGV[2],
              unpack(ARGV, 11))

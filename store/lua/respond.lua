@@ -12,12 +12,12 @@
 if too_late(ARGV[11]) then return {0, 'late', ''} end
 local offer = read_offer(KEYS[1])
 if offer == nil then return {0, 'not_found', ''} end
-local now = tonumber(ARGV[3])
+local now = ARGV[3] + 0
 if offer['status'] ~= 'open' or offer['channel'] ~= 'core' or offer['publisher'] ~= ARGV[2] then
   return {0, 'not_found', ''}
 end
 local day_key = day_key_for(offer, KEYS[3], KEYS[4], ARGV[4], ARGV[5])
-if tonumber(offer['expires_ms']) <= now then
+if offer['expires_ms'] + 0 <= now then
   expire_now(KEYS[2], day_key, KEYS[1], offer, KEYS[5], KEYS[6], now, KEYS[7])
   return {0, 'not_found', ''}
 end
@@ -25,8 +25,8 @@ local code = redis.call('HGET', KEYS[8], offer['advertiser'] .. ':' .. offer['pu
 local extra = {billing_code = code or cjson.null}
 local b
 if ARGV[1] == 'accept' then
-  local accepted = tonumber(ARGV[6])
-  if accepted > tonumber(offer['price']) then return {0, 'above_bid', offer['price']} end
+  local accepted = ARGV[6] + 0
+  if accepted > offer['price'] + 0 then return {0, 'above_bid', offer['price']} end
   local budget = read_budget(KEYS[2], offer['campaign'])
   if over_total(budget, accepted) then  -- the budget was lowered since
     expire_now(KEYS[2], day_key, KEYS[1], offer, KEYS[5], KEYS[6], now, KEYS[7])

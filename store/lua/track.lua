@@ -17,23 +17,24 @@ if offer == nil then return {'unknown'} end
 -- The set outlives the offer hash: it lasts as long as the offer's remaining time or the
 -- retention after resolution, whichever is longer, refreshed by every call.
 local keep = redis.call('PTTL', KEYS[1])
-if keep < tonumber(ARGV[7]) then keep = tonumber(ARGV[7]) end
+if keep < ARGV[7] + 0 then keep = ARGV[7] + 0 end
 local first = redis.call('SADD', KEYS[9], ARGV[4])
 redis.call('PEXPIRE', KEYS[9], keep)
 if first == 0 then return {'replay', offer['channel']} end
-local now = tonumber(ARGV[1])
+local now = ARGV[1] + 0
 local status = 'recorded'
 local extra = {billed = false}
 local budget = nil
 if ARGV[4] == 'impression' and offer['channel'] == 'openrtb' and offer['status'] == 'open'
-    and tonumber(offer['expires_ms']) > now then
+    and offer['expires_ms'] + 0 > now then
   budget = read_budget(KEYS[2], offer['campaign'])
 end
-if budget and not over_total(budget, tonumber(offer['price'])) then
+local price = offer['price'] + 0
+if budget and not over_total(budget, price) then
   settle(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[2], ARGV[3]), KEYS[1], offer,
-         'billed', tonumber(offer['price']), now, KEYS[7], nil, budget)
+         'billed', price, now, KEYS[7], nil, budget)
   redis.call('ZREM', KEYS[6], offer['offer_id'])
-  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]))
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
   local code = redis.call('HGET', KEYS[8], offer['advertiser'] .. ':' .. offer['publisher'])
   enqueue(KEYS[5], 'impression_billed', offer, ARGV[6], {billing_code = code or cjson.null})
   status = 'billed'
