@@ -17,7 +17,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, Self, TypeVar, get_type_hints
 from urllib.parse import urlsplit
 
-from store.hot import SLICE_COUNTS
+from store.hot import OFFER_FORMS, SLICE_COUNTS, OfferForm
 from store.hot.topology import REDIS_MODES, RedisMode, TopologyError
 from store.hot.topology import parse as parse_topology
 
@@ -181,14 +181,12 @@ def _redis_mode(name: str, raw: str) -> RedisMode:
     raise ValueError(f"{name} must be one of {', '.join(REDIS_MODES)}, got {raw!r}")
 
 
-OFFER_HASH_FORMS = ("packed", "fields")
-
-
-def _offer_hash(name: str, raw: str) -> str:
+def _offer_hash(name: str, raw: str) -> OfferForm:
     value = raw.strip().lower() or "fields"
-    if value not in OFFER_HASH_FORMS:
-        raise ValueError(f"{name} must be one of {', '.join(OFFER_HASH_FORMS)}, got {raw!r}")
-    return value
+    for form in OFFER_FORMS:
+        if value == form:
+            return form
+    raise ValueError(f"{name} must be one of {', '.join(OFFER_FORMS)}, got {raw!r}")
 
 
 def _budget_slices(name: str, raw: str) -> int:
@@ -377,9 +375,10 @@ class RedisSettings(Group):
     1 with replicas to fail over to (cluster, sentinel), else 0 (`wait_replicas`)."""
     timeout_seconds: float = setting("REDIS_TIMEOUT_SECONDS", 0.25, _positive_float)
     """The hot path's socket timeout: past it the Core API answers 503, OpenRTB `nbr` 1."""
-    offer_hash: str = setting("OFFER_HASH", "fields", _offer_hash)
-    """How a new offer's hash is written: `packed` (its fixed fields in one JSON value) or
-    `fields` (each on its own, the form every version reads); both are read."""
+    offer_hash: OfferForm = setting("OFFER_HASH", "fields", _offer_hash)  # noqa: RUF009
+    """How a new offer's hash is written: `fields` (each on its own, the form every version
+    reads), `packed` (its fixed fields in one JSON value) or `lean` (packed, its expiry set at
+    its outcome, its deal one string); every form is read."""
     budget_slices: int = setting("BUDGET_SLICES", 1, _budget_slices)
     """How many shards each campaign's budget is split over (1, 2, 4, 8 or 16). 1 by default,
     what every earlier release reads; a cluster sets 16 once no older worker is left."""

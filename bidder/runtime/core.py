@@ -55,7 +55,7 @@ class Runtime:
         self.hot = HotState(
             self.redis,
             fast=self.fast,
-            packed_offers=settings.redis.offer_hash == "packed",
+            offer_form=settings.redis.offer_hash,
             slices=settings.redis.budget_slices,
         )
         self.metrics = Metrics()

@@ -38,9 +38,11 @@ from store.hot.slices import (
     sum_parts,
 )
 from store.hot.state import (
+    OFFER_FORMS,
     Answered,
     HotState,
     NotAnswered,
+    OfferForm,
     PlayoutResult,
     Refused,
     Reserved,
@@ -54,6 +56,7 @@ __all__ = [
     "INVENTORY_COPY_KEY",
     "MOVES_QUIET_MS",
     "MOVE_WINDOW_MS",
+    "OFFER_FORMS",
     "QUEUE_GROUP",
     "SLICE_COUNTS",
     "Answered",
@@ -61,6 +64,7 @@ __all__ = [
     "InventoryCopies",
     "InventoryCopy",
     "NotAnswered",
+    "OfferForm",
     "PlayoutResult",
     "Refused",
     "Reserved",

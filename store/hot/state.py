@@ -76,6 +76,14 @@ def _day_pair(now: datetime) -> tuple[str, str]:
 #: read_offer). One field to write instead of a dozen or more, and the record's `o` spliced
 #: from it without decoding and encoding it again.
 PACKED_FIELD = "rest"
+#: The same for a lean offer: its reservation gives the hash no expiry and its outcome gives it
+#: the retention's, and an accept of it writes the deal as one JSON string. The field's name
+#: tells the scripts which an offer is.
+LEAN_FIELD = "body"
+
+#: How a new offer is written (OFFER_HASH): every field on its own, packed, or lean.
+OfferForm = Literal["fields", "packed", "lean"]
+OFFER_FORMS: tuple[OfferForm, ...] = ("fields", "packed", "lean")
 
 
 def offer_from_hash(stored: Mapping[str, str]) -> dict[str, str]:
@@ -85,6 +93,8 @@ def offer_from_hash(stored: Mapping[str, str]) -> dict[str, str]:
     field of its own wins over a packed one of the same name."""
     offer = dict(stored)
     packed = offer.pop(PACKED_FIELD, None)
+    if packed is None:
+        packed = offer.pop(LEAN_FIELD, None)
     if packed is not None:  # a field of its own wins over a packed one of the same name
         for name, value in msgspec.json.decode(packed).items():
             offer.setdefault(name, value if isinstance(value, str) else str(value))
@@ -205,7 +215,7 @@ class HotState:
         fast: HotConnection | None = None,
         retention_ms: int = 25 * 3_600_000,
         deal_ttl_ms: int = 30 * 86_400_000,
-        packed_offers: bool = True,
+        offer_form: OfferForm = "packed",
         slices: int = 1,
     ) -> None:
         if slices not in SLICE_COUNTS:
@@ -214,9 +224,10 @@ class HotState:
         self._fast = fast
         self.retention_ms = retention_ms
         self.deal_ttl_ms = deal_ttl_ms
-        #: Write new offers packed (`rest`, see offer_from_hash), else every field on its own;
-        #: both forms are read either way.
-        self.packed_offers = packed_offers
+        if offer_form not in OFFER_FORMS:
+            raise ValueError(f"offer form must be one of {OFFER_FORMS}, got {offer_form!r}")
+        #: How new offers are written (see offer_from_hash); every form is read either way.
+        self.offer_form = offer_form
         #: How many shards each campaign's budget is split over (BUDGET_SLICES).
         self.slices = slices
 
@@ -352,14 +363,16 @@ class HotState:
             screen_id,
             now_ms,
             expires_ms,
-            max(expires_ms - now_ms, 0) + self.retention_ms,
+            # A lean offer gets no expiry until its outcome sets the retention's.
+            0 if self.offer_form == "lean" else max(expires_ms - now_ms, 0) + self.retention_ms,
             offer_id,
             self._deadline(shard),
         ]
         # The script writes `status`, `campaign` and `price` (the fields the scripts change or
         # sum) itself; packed, every other field is one value.
-        if self.packed_offers:
-            argv.extend((PACKED_FIELD, _json.encode(offer).decode()))
+        if self.offer_form != "fields":
+            packed_field = LEAN_FIELD if self.offer_form == "lean" else PACKED_FIELD
+            argv.extend((packed_field, _json.encode(offer).decode()))
         else:  # the offer's other fields as name, value pairs
             argv.extend(chain.from_iterable(offer.items()))
         keys = [

@@ -45,6 +45,8 @@ end
 -- the offer packed into one JSON object, `rest`: a few fields to write instead of a dozen or
 -- more. A hash without `rest` has every field on its own (written so by OFFER_HASH=fields);
 -- both read the same; a field of its own wins over a packed one of the same name.
+-- A lean offer (OFFER_HASH=lean) packs the same fields under `body` instead: its reservation
+-- gave the hash no expiry, and the name tells its outcome to set the retention's (lean below).
 -- Packed, the table read holds the fields of its own and finds the packed ones through its
 -- metatable (`__index`), whose `text` keeps the packed JSON as stored, for offer_json: no
 -- copying of the packed fields into the table, and no sorting them out again for the record.
@@ -52,26 +54,37 @@ local function read_offer(key)
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then return nil end
   local offer = hash_to_table(flat)
-  local rest = offer['rest']
-  if rest == nil then return offer end
-  offer['rest'] = nil
-  local packed = cjson.decode(rest)
+  local name = 'rest'
+  local text = offer[name]
+  if text == nil then
+    name = 'body'
+    text = offer[name]
+    if text == nil then return offer end
+  end
+  offer[name] = nil
+  local packed = cjson.decode(text)
   for k in pairs(offer) do
     if packed[k] ~= nil then  -- a field on its own and packed too: unpack, its own wins
-      for name, v in pairs(packed) do
-        if offer[name] == nil then offer[name] = v end
+      for field, v in pairs(packed) do
+        if offer[field] == nil then offer[field] = v end
       end
-      return offer
+      return setmetatable(offer, {lean = name == 'body'})
     end
   end
-  return setmetatable(offer, {__index = packed, text = rest})
+  return setmetatable(offer, {__index = packed, text = text, lean = name == 'body'})
+end
+
+-- True when the offer is lean: its hash has no expiry until its outcome sets one.
+local function lean(offer)
+  local meta = getmetatable(offer)
+  return meta ~= nil and meta.lean
 end
 
 -- The offer as a record's JSON object: every field, the packed ones spliced in as they are
 -- stored rather than decoded and encoded again (cjson encodes a table's own fields only).
 local function offer_json(offer)
   local meta = getmetatable(offer)
-  if meta == nil then return cjson.encode(offer) end
+  if meta == nil or meta.text == nil then return cjson.encode(offer) end
   if next(offer) == nil then return meta.text end
   local own = cjson.encode(offer)
   if next(meta.__index) == nil then return own end

@@ -25,8 +25,8 @@ if offer['status'] == 'open' then
          final, 0, now, KEYS[7])
   redis.call('ZREM', KEYS[6], offer['offer_id'])
   -- A bid lost before its expiry keeps the reservation's ttl, its time to expiry plus the
-  -- retention (ARGV[5]): the retention is left without a PEXPIRE.
-  renew = final ~= 'lost'
+  -- retention (ARGV[5]): the retention is left without a PEXPIRE. A lean bid has none yet.
+  renew = final ~= 'lost' or lean(offer)
 end
 if renew then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
 enqueue(KEYS[5], 'loss_notice', offer, ARGV[4], extra)

@@ -5,7 +5,8 @@
 -- KEYS: 1 budget hash, 2 today's day hash, 3 this hour's frequency hash, 4 offer hash,
 --       5 expiry zset
 -- ARGV: 1 campaign id, 2 price, 3 daily limit ('-1': none), 4 frequency cap ('-1': none),
---       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms, 9 offer id,
+--       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms ('0': none, a lean offer's),
+--       9 offer id,
 --       10 deadline (epoch ms, 0: none; see too_late), 11.. the offer hash's other field/value
 --       pairs (`status`, `campaign` and `price` are written from the arguments above)
 -- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}, the refusals
@@ -64,6 +65,6 @@ else
   redis.call('HSET', KEYS[4], 'status', 'open', 'campaign', cid, 'price', ARGV[2],
              unpack(ARGV, 11))
 end
-redis.call('PEXPIRE', KEYS[4], ARGV[8])
+if ARGV[8] ~= '0' then redis.call('PEXPIRE', KEYS[4], ARGV[8]) end
 redis.call('ZADD', KEYS[5], ARGV[7], ARGV[9])
 return {1, total, reserved + price, spent}

@@ -3,7 +3,7 @@
 -- and so is an accept its campaign's total (lowered since the offer) can no longer pay.
 -- KEYS: 1 offer hash, 2 budget hash, 3 today's day hash, 4 yesterday's day hash,
 --       5 record queue, 6 expiry zset, 7 this hour's frequency hash, 8 billing codes hash,
---       9 deal hash (accept only)
+--       9 deal key (accept only: a hash, or one JSON string for a lean offer's deal)
 -- ARGV: 1 action (accept|reject), 2 publisher id, 3 now_ms, 4 today, 5 yesterday,
 --       6 accepted price (accept) or '' , 7 record payload (JSON), 8 deal id, 9 deal ttl ms,
 --       10 offer key ttl ms after resolution (kept: the reservation's ttl covers it),
@@ -17,8 +17,10 @@ if offer['status'] ~= 'open' or offer['channel'] ~= 'core' or offer['publisher']
   return {0, 'not_found', ''}
 end
 local day_key = day_key_for(offer, KEYS[3], KEYS[4], ARGV[4], ARGV[5])
+local is_lean = lean(offer)
 if offer['expires_ms'] + 0 <= now then
   expire_now(KEYS[2], day_key, KEYS[1], offer, KEYS[5], KEYS[6], now, KEYS[7])
+  if is_lean then redis.call('PEXPIRE', KEYS[1], ARGV[10]) end
   return {0, 'not_found', ''}
 end
 local code = redis.call('HGET', KEYS[8], offer['advertiser'] .. ':' .. offer['publisher'])
@@ -30,21 +32,30 @@ if ARGV[1] == 'accept' then
   local budget = read_budget(KEYS[2], offer['campaign'])
   if over_total(budget, accepted) then  -- the budget was lowered since
     expire_now(KEYS[2], day_key, KEYS[1], offer, KEYS[5], KEYS[6], now, KEYS[7])
+    if is_lean then redis.call('PEXPIRE', KEYS[1], ARGV[10]) end
     return {0, 'not_found', 'over_total'}
   end
   b = settle(KEYS[2], day_key, KEYS[1], offer, 'accepted', accepted, now, KEYS[7],
              {'deal_id', ARGV[8], 'accepted_price', ARGV[6]}, budget)
-  redis.call('HSET', KEYS[9], 'deal_id', ARGV[8], 'offer_id', offer['offer_id'],
-             'publisher', offer['publisher'],
-             'campaign', offer['campaign'], 'screen', offer['screen'])
-  redis.call('PEXPIRE', KEYS[9], ARGV[9])
+  if is_lean then  -- the deal as one string: created with its expiry, no PEXPIRE
+    redis.call('SET', KEYS[9], cjson.encode({deal_id = ARGV[8], offer_id = offer['offer_id'],
+               publisher = offer['publisher'], campaign = offer['campaign'],
+               screen = offer['screen']}), 'PX', ARGV[9])
+  else
+    redis.call('HSET', KEYS[9], 'deal_id', ARGV[8], 'offer_id', offer['offer_id'],
+               'publisher', offer['publisher'],
+               'campaign', offer['campaign'], 'screen', offer['screen'])
+    redis.call('PEXPIRE', KEYS[9], ARGV[9])
+  end
   enqueue(KEYS[5], 'offer_accepted', offer, ARGV[7], extra)
 else
   b = settle(KEYS[2], day_key, KEYS[1], offer, 'rejected', 0, now, KEYS[7])
   enqueue(KEYS[5], 'offer_rejected', offer, ARGV[7], extra)
 end
 redis.call('ZREM', KEYS[6], offer['offer_id'])
--- No PEXPIRE: the reservation gave the hash its time to expiry plus the retention (ARGV[10]),
+-- A packed offer's reservation gave the hash its time to expiry plus the retention (ARGV[10]),
 -- and an offer answered is one not yet expired, so the retention is left (less any skew
--- between the clocks of the workers that reserved and answered it).
+-- between the clocks of the workers that reserved and answered it). A lean one has no expiry
+-- yet: it gets the retention now.
+if is_lean then redis.call('PEXPIRE', KEYS[1], ARGV[10]) end
 return {1, offer['campaign'], code, b[1], b[2], b[3]}

@@ -1,8 +1,10 @@
-"""The two forms of an offer's hash in Redis (store/hot/state.py, `offer_from_hash`): packed,
-as `OFFER_HASH=packed` writes new offers, and every field on its own, as the default
-`OFFER_HASH=fields` and every version before the packed form write it. Each is answered,
-expired, lost and tracked by the same scripts and carries the same record to Postgres, so a
-worker finds and answers the offers an earlier version left open, and reconcile counts both."""
+"""The forms of an offer's hash in Redis (store/hot/state.py, `offer_from_hash`): packed, as
+`OFFER_HASH=packed` writes new offers; lean, as `OFFER_HASH=lean` does (packed under another
+name, no expiry until its outcome, its deal one string); and every field on its own, as the
+default `OFFER_HASH=fields` and every version before the packed form write it. Each is
+answered, expired, lost and tracked by the same scripts and carries the same record to
+Postgres, so a worker finds and answers the offers an earlier version left open, and
+reconcile counts them all."""
 
 from __future__ import annotations
 
@@ -15,7 +17,17 @@ import pytest
 from redis.asyncio import Redis
 
 from matching.snapshot import CampaignInfo
-from store.hot import Answered, HotState, Reserved, offer_key, queue_key, shard_of
+from store.hot import (
+    Answered,
+    HotState,
+    OfferForm,
+    Reserved,
+    deal_key,
+    offer_key,
+    queue_key,
+    shard_of,
+    tracked_key,
+)
 from store.reconcile import check_balances
 from tests.support.core import live_app
 from tests.support.core import prepare as prepare_core
@@ -49,7 +61,11 @@ _CORE_FIELDS = {"channel": "core", "publisher": PUB, "creative": "creative-1"}
 
 def _both(redis: Redis) -> tuple[HotState, HotState]:
     """(packed, fields): the default form, and the form every earlier version writes."""
-    return HotState(redis), HotState(redis, packed_offers=False)
+    return HotState(redis), HotState(redis, offer_form="fields")
+
+
+def _lean(redis: Redis, **kwargs: Any) -> HotState:
+    return HotState(redis, offer_form="lean", **kwargs)
 
 
 async def _reserve(
@@ -74,7 +90,7 @@ def _without_ids(record: dict[str, Any]) -> dict[str, Any]:
     out = dict(record)
     out["o"] = {k: v for k, v in record["o"].items() if k not in ("offer_id", "deal_id")}
     if isinstance(out.get("p"), dict):
-        own_ids = ("deal_id", "billing_id", "event_id")
+        own_ids = ("deal_id", "billing_id", "event_id", "playout_id")
         out["p"] = {k: v for k, v in out["p"].items() if k not in own_ids}
     return out
 
@@ -94,12 +110,19 @@ async def test_a_packed_offer_has_four_fields_and_reads_as_every_field(
     assert b"rest" not in stored_old
     assert {b"channel", b"publisher", b"screen", b"expires_ms", b"audience"} <= set(stored_old)
 
+    lean_id = await _reserve(_lean(redis_client), camp, now, _BID_FIELDS)
+    stored_lean = await redis_client.hgetall(offer_key(camp.shard, lean_id))
+    assert set(stored_lean) == {b"status", b"campaign", b"price", b"body"}
+    read_lean = await packed.offer(lean_id)
+    assert read_lean is not None
+    assert read_lean.pop("offer_id") == lean_id
+
     read_new, read_old = await packed.offer(new_id), await packed.offer(old_id)
     assert read_new is not None
     assert read_old is not None
     assert read_new.pop("offer_id") == new_id
     assert read_old.pop("offer_id") == old_id
-    assert read_new == read_old
+    assert read_new == read_old == read_lean
     assert read_new["status"] == "open"
     assert read_new["price"] == str(PRICE)
     assert read_new["audience"] == "12.5"
@@ -116,8 +139,8 @@ async def test_every_outcome_records_the_same_offer_from_either_form(
     packed, fields = _both(redis_client)
     now = datetime.now(UTC)
     later = now + timedelta(seconds=1)
-    records: dict[str, list[dict[str, Any]]] = {"packed": [], "fields": []}
-    for name, hot in (("packed", packed), ("fields", fields)):
+    records: dict[str, list[dict[str, Any]]] = {"packed": [], "fields": [], "lean": []}
+    for name, hot in (("packed", packed), ("fields", fields), ("lean", _lean(redis_client))):
         out = records[name]
         accepted = await _reserve(hot, camp, now, _CORE_FIELDS)
         answer = await packed.respond(
@@ -126,6 +149,11 @@ async def test_every_outcome_records_the_same_offer_from_either_form(
         assert isinstance(answer, Answered)
         out.append(await _last_record(redis_client, camp))
         assert (await packed.offer(accepted) or {}).get("deal_id") == answer.deal_id
+        played = await packed.confirm_playout(answer.deal_id, PUB, later, {"played_at": None})
+        assert played.status == "new"
+        out.append(await _last_record(redis_client, camp))
+        again = await packed.confirm_playout(answer.deal_id, PUB, later, {"played_at": None})
+        assert (again.status, again.playout_id) == ("repeat", played.playout_id)
 
         rejected = await _reserve(hot, camp, now, _CORE_FIELDS)
         assert isinstance(
@@ -155,13 +183,14 @@ async def test_every_outcome_records_the_same_offer_from_either_form(
     kinds = [r["t"] for r in records["packed"]]
     assert kinds == [
         "offer_accepted",
+        "playout_confirmed",
         "offer_rejected",
         "offer_expired",
         "loss_notice",
         "tracking_event",
     ]
-    for new, old in zip(records["packed"], records["fields"], strict=True):
-        assert _without_ids(new) == _without_ids(old)
+    for new, old, lean in zip(records["packed"], records["fields"], records["lean"], strict=True):
+        assert _without_ids(new) == _without_ids(old) == _without_ids(lean)
     accept = records["packed"][0]["o"]
     assert accept["status"] == "accepted"
     assert accept["accepted_price"] == str(ACCEPTED)
@@ -236,18 +265,19 @@ async def test_offers_of_both_forms_are_written_once_and_reconcile_balances(
     expected = Expected()
     expected.merge(await make_records(fields, camp, rounds=2))
     expected.merge(await make_records(packed, camp, rounds=2))
-    assert len(expected.open_offers) == 4
+    expected.merge(await make_records(_lean(redis_client), camp, rounds=2))
+    assert len(expected.open_offers) == 6
     await write_queued(pool, redis_client)
     async with pool.acquire() as conn:
         await assert_exactly_once(conn, expected)
         await assert_balanced(redis_client, conn)
         report = await check_balances(redis_client, conn)
         assert report.differing == {}
-        assert report.campaigns[camp.id].open_offer_count == 4
-        assert report.campaigns[camp.id].open_offers_in_redis == 4 * PRICE
+        assert report.campaigns[camp.id].open_offer_count == 6
+        assert report.campaigns[camp.id].open_offers_in_redis == 6 * PRICE
 
 
-@pytest.mark.parametrize(("form", "fields_kept"), [("packed", 4), ("fields", 12)])
+@pytest.mark.parametrize(("form", "fields_kept"), [("packed", 4), ("lean", 4), ("fields", 12)])
 async def test_offer_hash_names_the_form_a_served_offer_is_written_in(
     servers: ServerUrls, clean: None, form: str, fields_kept: int
 ) -> None:
@@ -263,18 +293,20 @@ async def test_offer_hash_names_the_form_a_served_offer_is_written_in(
         stored = await live.rt.redis.hgetall(offer_key(shard, offer_id))
         assert len(stored) == fields_kept
         assert (b"rest" in stored) == (form == "packed")
+        assert (b"body" in stored) == (form == "lean")
         price = offer.json()["bid_price_cents"]
         answer = await core.respond(offer_id, {"action": "accept", "accepted_price_cents": price})
         assert answer.status_code == 200, answer.text
 
 
+@pytest.mark.parametrize("form", ["packed", "lean"])
 async def test_an_answered_or_lost_offer_is_kept_for_the_retention(
-    redis_client: Redis, migrated: str
+    redis_client: Redis, migrated: str, form: OfferForm
 ) -> None:
     """Tracking and loss notices may come up to the retention after an offer's outcome
     (HotState.retention_ms): its hash lasts at least that long, renewed or not."""
     _, camp = await prepare(redis_client, migrated)
-    hot = HotState(redis_client, retention_ms=3_600_000)
+    hot = HotState(redis_client, retention_ms=3_600_000, offer_form=form)
     now = datetime.now(UTC)
     accepted = await _reserve(hot, camp, now, _CORE_FIELDS)
     rejected = await _reserve(hot, camp, now, _CORE_FIELDS)
@@ -288,3 +320,88 @@ async def test_an_answered_or_lost_offer_is_kept_for_the_retention(
         assert status in ("accepted", "rejected", "lost")
         kept_ms = await redis_client.pttl(offer_key(camp.shard, offer_id))
         assert kept_ms >= 3_600_000 - 5_000, (status, kept_ms)
+
+
+async def test_a_lean_offer_has_no_expiry_until_its_outcome_and_its_deal_is_one_string(
+    redis_client: Redis, migrated: str
+) -> None:
+    """OFFER_HASH=lean: the reservation gives the hash no expiry; every outcome (accept,
+    reject, expiry at an answer, loss notice, billed impression, the sweeper's expiry) gives
+    it the retention; a tracking event on the open offer keeps its event set past the offer's
+    expiry plus the retention; an accept writes the deal as one JSON string with the deal's
+    lifetime."""
+    _, camp = await prepare(redis_client, migrated)
+    retention, deal_ttl = 3_600_000, 7_200_000
+    lean = _lean(redis_client, retention_ms=retention, deal_ttl_ms=deal_ttl)
+    now = datetime.now(UTC)
+    later = now + timedelta(seconds=1)
+    made = {
+        "accepted": await _reserve(lean, camp, now, _CORE_FIELDS),
+        "rejected": await _reserve(lean, camp, now, _CORE_FIELDS),
+        "late answer": await _reserve(lean, camp, now, _CORE_FIELDS, ttl_s=0.5),
+        "swept": await _reserve(lean, camp, now, _CORE_FIELDS, ttl_s=0.5),
+        "lost": await _reserve(lean, camp, now, _BID_FIELDS),
+        "billed": await _reserve(lean, camp, now, _BID_FIELDS),
+        "tracked": await _reserve(lean, camp, now, _BID_FIELDS),
+    }
+    for offer_id in made.values():
+        assert await redis_client.pttl(offer_key(camp.shard, offer_id)) == -1
+
+    answer = await lean.respond(
+        made["accepted"], PUB, "accept", later, billing_payload(PRICE), PRICE
+    )
+    assert isinstance(answer, Answered)
+    assert isinstance(await lean.respond(made["rejected"], PUB, "reject", later, {}), Answered)
+    late = await lean.respond(made["late answer"], PUB, "reject", later, {})
+    assert not isinstance(late, Answered)
+    assert await lean.expire_due(later) == {"core": 1}
+    assert (await lean.loss(made["lost"], later, {"reason": "102"}))[0] == "first"
+    billed = await lean.track(
+        made["billed"], "impression", later, tracking_payload("impression"), billing_payload(PRICE)
+    )
+    assert billed.status == "billed"
+    tracked = await lean.track(
+        made["tracked"], "start", later, tracking_payload("start"), billing_payload(PRICE)
+    )
+    assert tracked.status == "recorded"
+
+    statuses = {}
+    for name, offer_id in made.items():
+        statuses[name] = (await lean.offer(offer_id) or {}).get("status")
+        kept_ms = await redis_client.pttl(offer_key(camp.shard, offer_id))
+        if name == "tracked":
+            assert kept_ms == -1  # still open: the sweeper's expiry gives it the retention
+        else:
+            assert retention - 5_000 <= kept_ms <= retention, (name, kept_ms)
+    assert statuses == {
+        "accepted": "accepted",
+        "rejected": "rejected",
+        "late answer": "expired",
+        "swept": "expired",
+        "lost": "lost",
+        "billed": "billed",
+        "tracked": "open",
+    }
+    # The open offer's 300 s to expiry, then the retention.
+    events_ms = await redis_client.pttl(tracked_key(camp.shard, made["tracked"]))
+    assert 300_000 + retention - 5_000 <= events_ms <= 300_000 + retention
+
+    key = deal_key(camp.shard, answer.deal_id)
+    assert await redis_client.type(key) == b"string"
+    assert deal_ttl - 5_000 <= await redis_client.pttl(key) <= deal_ttl
+    stored: Any = await redis_client.get(key)
+    deal = json.loads(stored)
+    assert deal == {
+        "deal_id": answer.deal_id,
+        "offer_id": made["accepted"],
+        "publisher": PUB,
+        "campaign": camp.id,
+        "screen": SCREEN_MOVING,
+    }
+    played = await lean.confirm_playout(answer.deal_id, "someone else", later, {})
+    assert played.status == "not_found"
+    played = await lean.confirm_playout(answer.deal_id, PUB, later, {"played_at": None})
+    assert played.status == "new"
+    assert deal_ttl - 5_000 <= await redis_client.pttl(key) <= deal_ttl  # kept, not reset
+    again = await lean.confirm_playout(answer.deal_id, PUB, later, {"played_at": None})
+    assert (again.status, again.playout_id) == ("repeat", played.playout_id)

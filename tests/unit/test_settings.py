@@ -38,9 +38,10 @@ def test_defaults() -> None:
     assert settings.redis.offer_hash == "fields"  # what earlier releases read
 
 
-def test_offer_hash_takes_either_form() -> None:
+def test_offer_hash_takes_each_form() -> None:
     assert load_settings({**VALID, "OFFER_HASH": "fields"}).redis.offer_hash == "fields"
     assert load_settings({**VALID, "OFFER_HASH": " Packed "}).redis.offer_hash == "packed"
+    assert load_settings({**VALID, "OFFER_HASH": "LEAN"}).redis.offer_hash == "lean"
 
 
 def test_signing_secrets_newest_first() -> None:
