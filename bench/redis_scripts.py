@@ -1,13 +1,14 @@
 """Redis CPU per hot-path call, Redis alone: no worker, no HTTP, no Postgres.
 
     .venv/bin/python -m bench.redis_scripts [--calls 20000] [--callers 32] [--rounds 3]
-        [--allocator jemalloc] [--inventory bench]
+        [--allocator jemalloc] [--inventory bench] [--offer-hash packed] [--instructions]
 
 Starts a Valkey/Redis of its own (as the bench does: `appendonly yes`, `appendfsync everysec`,
 in .run/bench/redis-scripts), gives 64 campaigns a budget (over the 16 shards as their ids fall;
 with `--inventory bench`, every active campaign of the bench inventory, a fifth of them with a
 daily budget and a tenth with a frequency cap, and its billing codes), and runs through
-`HotState` on the hot path's pipelined connection, with `callers` concurrent
+`HotState` on the hot path's pipelined connection (offers written in the form `--offer-hash`
+names, as OFFER_HASH does; lean by default, as the bench runs), with `callers` concurrent
 tasks: `calls` Core offer reservations, as many OpenRTB bid reservations (their four extra
 fields), then an accept of each Core offer while a stand-in record writer does the writer's
 Redis side of each record (`XREADGROUP`, then `XACK` and `XDEL` of the batch: what
@@ -18,6 +19,12 @@ loop cycle (the fewer, the more each pays of Redis' fixed cost per cycle: the so
 writes, the AOF write). The worker's load does not move these figures, so two versions of the
 scripts compare here within a few per cent, where the harness' figures swing with the machine's
 load (docs/performance.md, "Redis per request").
+
+`--instructions` runs the server under valgrind's callgrind (`apt-get install valgrind`) and
+adds the instructions Redis ran per call (user space: its system calls, the socket and AOF
+writes, are not counted). Unlike the CPU time they do not move with the machine's load, so
+two versions of the scripts compare to a per cent in one run each; the server runs about 50
+times slower, so a few thousand calls are enough.
 
 The pip-installed Valkey is built with glibc's malloc; production's Redis and Valkey builds use
 jemalloc. `--allocator jemalloc` runs the server with the system's libjemalloc preloaded
@@ -32,6 +39,7 @@ import asyncio
 import ctypes.util
 import shutil
 import statistics
+import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -47,7 +55,7 @@ from bench import seed
 from bench.cluster import _campaign
 from bench.server import compact_redis
 from matching.snapshot import CampaignInfo, build_snapshot
-from store.hot import HotState, Reserved, connect
+from store.hot import OFFER_FORMS, HotState, OfferForm, Reserved, connect
 from store.local_servers import RedisServer, free_port
 from store.pipelined import PipelinedRedis
 from store.records import RecordWriter
@@ -65,13 +73,53 @@ class Step:
     cpu_s: float
     evalsha_us: float
     cycles: int
+    #: The instructions Redis ran during the step (--instructions), else 0.
+    instructions: int = 0
 
     def line(self) -> str:
+        counted = (
+            f"  {self.instructions / self.calls:9,.0f} instr/call" if self.instructions else ""
+        )
         return (
             f"{self.name:22s} {self.calls / self.wall_s:8,.0f} calls/s  Redis "
             f"{1e6 * self.cpu_s / self.calls:6.1f} us/call  EVALSHA {self.evalsha_us:5.1f} us  "
-            f"{self.calls / max(self.cycles, 1):5.1f} calls/cycle"
+            f"{self.calls / max(self.cycles, 1):5.1f} calls/cycle{counted}"
         )
+
+
+@dataclass(frozen=True)
+class Instructions:
+    """Counts a server's instructions between `start` and `stop`: the server runs under
+    callgrind with counting off (`--instr-atstart=no`); callgrind_control turns it on, off,
+    and dumps the count to a file of `folder`."""
+
+    pid: int
+    folder: Path
+
+    @staticmethod
+    def wrapper(folder: Path) -> tuple[str, ...]:
+        out = folder / "callgrind.%p.out"
+        return ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}")
+
+    def _control(self, *args: str) -> None:
+        subprocess.run(["callgrind_control", *args, str(self.pid)], check=True, capture_output=True)
+
+    def start(self) -> None:
+        self._control("-z")
+        self._control("-i", "on")
+
+    def stop(self) -> int:
+        self._control("-i", "off")
+        before = set(self.folder.glob("callgrind.*.out.*"))
+        self._control("-d")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for dump in set(self.folder.glob("callgrind.*.out.*")) - before:
+                for line in dump.read_text().splitlines():
+                    if line.startswith("totals:"):
+                        return int(line.split()[1])
+            time.sleep(0.2)
+        raise RuntimeError("callgrind wrote no dump")
 
 
 def _redis_figures(port: int) -> tuple[float, float, int]:
@@ -93,6 +141,7 @@ async def _step(
     calls: list[Callable[[], Awaitable[Any]]],
     callers: int,
     alongside: Callable[[], Awaitable[None]] | None = None,
+    instructions: Instructions | None = None,
 ) -> tuple[Step, list[Any]]:
     """Run `calls` with `callers` tasks (and `alongside` until it returns), measured."""
     redis.Redis(port=port).config_resetstat()
@@ -104,11 +153,15 @@ async def _step(
             results.append(await queue.pop()())
 
     cpu_before, _, _ = _redis_figures(port)
+    if instructions:
+        instructions.start()
     started = time.perf_counter()
     await asyncio.gather(*[caller() for _ in range(callers)], *([alongside()] if alongside else []))
     wall = time.perf_counter() - started
+    counted = instructions.stop() if instructions else 0
     cpu_after, evalsha_us, cycles = _redis_figures(port)
-    return Step(name, len(calls), wall, cpu_after - cpu_before, evalsha_us, cycles), results
+    step = Step(name, len(calls), wall, cpu_after - cpu_before, evalsha_us, cycles, counted)
+    return step, results
 
 
 async def _drain_records(client: Any, expected: int) -> None:
@@ -133,11 +186,18 @@ async def _no_postgres() -> Any:
 _SCREENS = [f"screen-{n}" for n in range(1000)]
 
 
-async def _round(port: int, camps: list[CampaignInfo], calls: int, callers: int) -> list[Step]:
+async def _round(
+    port: int,
+    camps: list[CampaignInfo],
+    calls: int,
+    callers: int,
+    form: OfferForm,
+    instructions: Instructions | None,
+) -> list[Step]:
     url = f"redis://127.0.0.1:{port}/0"
     client = connect(url, timeout=5.0)
     fast = PipelinedRedis(url, timeout=2.0)
-    hot = HotState(client, fast=fast)
+    hot = HotState(client, fast=fast, offer_form=form)
     core = {"channel": "core", "publisher": _PUBLISHER, "creative": "creative-1"}
     bid = {
         "channel": "openrtb",
@@ -160,9 +220,13 @@ async def _round(port: int, camps: list[CampaignInfo], calls: int, callers: int)
         return [reserve(camps[i % len(camps)], fields, i) for i in range(calls)]
 
     steps = []
-    offer_step, made = await _step("offer reservation", port, reservations(core), callers)
+    offer_step, made = await _step(
+        "offer reservation", port, reservations(core), callers, instructions=instructions
+    )
     steps.append(offer_step)
-    bid_step, _ = await _step("bid reservation", port, reservations(bid), callers)
+    bid_step, _ = await _step(
+        "bid reservation", port, reservations(bid), callers, instructions=instructions
+    )
     steps.append(bid_step)
     offers = [r.offer_id for r in made if isinstance(r, Reserved)]
 
@@ -178,6 +242,7 @@ async def _round(port: int, camps: list[CampaignInfo], calls: int, callers: int)
         [accept(o) for o in offers],
         callers,
         alongside=lambda: _drain_records(client, len(offers)),
+        instructions=instructions,
     )
     steps.append(accept_step)
     await fast.aclose()
@@ -194,7 +259,14 @@ def _inventory(name: str, campaigns: int) -> tuple[list[CampaignInfo], dict[tupl
 
 
 async def run(
-    port: int, calls: int, callers: int, rounds: int, campaigns: int, inventory: str
+    port: int,
+    calls: int,
+    callers: int,
+    rounds: int,
+    campaigns: int,
+    inventory: str,
+    form: OfferForm,
+    instructions: Instructions | None,
 ) -> None:
     client = connect(f"redis://127.0.0.1:{port}/0", timeout=5.0)
     camps, codes = _inventory(inventory, campaigns)
@@ -205,7 +277,7 @@ async def run(
     await client.aclose()
     by_step: dict[str, list[Step]] = {}
     for number in range(1, rounds + 1):
-        for step in await _round(port, camps, calls, callers):
+        for step in await _round(port, camps, calls, callers, form, instructions):
             print(f"r{number} {step.line()}", flush=True)
             by_step.setdefault(step.name, []).append(step)
         # As the bench compacts between phases (waiting for one Redis started itself).
@@ -213,7 +285,9 @@ async def run(
     print("median over the rounds (Redis us/call):")
     for name, steps in by_step.items():
         figures = [1e6 * s.cpu_s / s.calls for s in steps]
-        print(f"  {name:22s} {statistics.median(figures):6.1f}")
+        counted = [s.instructions / s.calls for s in steps if s.instructions]
+        also = f"  {statistics.median(counted):9,.0f} instr/call" if counted else ""
+        print(f"  {name:22s} {statistics.median(figures):6.1f}{also}")
 
 
 #: Where Debian and others put the shared jemalloc.
@@ -248,15 +322,32 @@ def main() -> None:
     parser.add_argument("--campaigns", type=int, default=64)
     parser.add_argument("--allocator", choices=("glibc", "jemalloc"), default="glibc")
     parser.add_argument("--inventory", choices=("plain", "bench"), default="plain")
+    parser.add_argument("--offer-hash", choices=OFFER_FORMS, default="lean")
+    parser.add_argument("--instructions", action="store_true")
     args = parser.parse_args()
     shutil.rmtree(ROOT, ignore_errors=True)
     preload = _jemalloc() if args.allocator == "jemalloc" else ""
-    server = RedisServer(ROOT, free_port(), preload=preload)
+    if args.instructions and not shutil.which("valgrind"):
+        raise SystemExit("--instructions: no valgrind (apt-get install valgrind)")
+    wrapper = Instructions.wrapper(ROOT) if args.instructions else ()
+    server = RedisServer(ROOT, free_port(), preload=preload, wrapper=wrapper)
     server.start()
+    instructions = (
+        Instructions(server.proc.pid, ROOT) if args.instructions and server.proc else None
+    )
     print(f"Redis allocator: {_allocator_in_use(server)}", flush=True)
     try:
         uvloop.run(
-            run(server.port, args.calls, args.callers, args.rounds, args.campaigns, args.inventory)
+            run(
+                server.port,
+                args.calls,
+                args.callers,
+                args.rounds,
+                args.campaigns,
+                args.inventory,
+                args.offer_hash,
+                instructions,
+            )
         )
     finally:
         server.stop()

@@ -51,7 +51,7 @@ def in_process_settings(seeded: Seeded) -> Settings:
             "SIGNING_SECRETS": SIGNING_SECRETS,
             "PUBLIC_BASE_URL": "http://bench.local",
             "OFFER_TTL_SECONDS": "1800",
-            "OFFER_HASH": "packed",
+            "OFFER_HASH": "lean",
             "LOG_LEVEL": "WARNING",
             "RECORD_WRITER": "0",
         }
@@ -273,7 +273,7 @@ class Worker:
             # Offers outlive the run, so the expiry sweeper does not compete with the load.
             "OFFER_TTL_SECONDS": "1800",
             # The lower Redis CPU per request: no worker of an earlier release shares this Redis.
-            "OFFER_HASH": "packed",
+            "OFFER_HASH": "lean",
             "RECORD_WRITER": "1",
             "LOG_LEVEL": "WARNING",
             **self.env_overrides,

@@ -289,6 +289,9 @@ class RedisServer:
     #: A shared library the server runs with preloaded (LD_PRELOAD): the bench's way to give
     #: the pip-installed Valkey, built with glibc's malloc, production's jemalloc.
     preload: str = ""
+    #: A command the server runs under (its arguments first): the bench's way to count the
+    #: server's instructions with valgrind.
+    wrapper: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -300,6 +303,7 @@ class RedisServer:
             self._stop_orphan()
         log = self.folder / "redis.log"
         args = [
+            *self.wrapper,
             str(redis_server_binary()),
             "--port",
             str(self.port),
