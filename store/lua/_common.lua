@@ -68,16 +68,16 @@ local function read_offer(key)
       for field, v in pairs(packed) do
         if offer[field] == nil then offer[field] = v end
       end
-      return setmetatable(offer, {lean = name == 'body'})
+      return setmetatable(offer, {lean_form = name == 'body'})
     end
   end
-  return setmetatable(offer, {__index = packed, text = text, lean = name == 'body'})
+  return setmetatable(offer, {__index = packed, text = text, lean_form = name == 'body'})
 end
 
 -- True when the offer is lean: its hash has no expiry until its outcome sets one.
 local function lean(offer)
   local meta = getmetatable(offer)
-  return meta ~= nil and meta.lean
+  return meta ~= nil and meta.lean_form
 end
 
 -- The offer as a record's JSON object: every field, the packed ones spliced in as they are

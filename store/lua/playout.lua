@@ -6,19 +6,16 @@
 --       5 deadline (epoch ms, 0: none; see too_late)
 -- Returns {'new'|'repeat', playout id, confirmed_ms}, {'not_found'} or {'late'}.
 if too_late(ARGV[5]) then return {'late'} end
--- GET answers a hash with an error (WRONGTYPE), taken here as "a hash, read it as one".
-local stored = redis.pcall('GET', KEYS[1])
+local string_deal = redis.call('TYPE', KEYS[1])['ok'] == 'string'
 local deal
-if type(stored) == 'string' then
-  deal = cjson.decode(stored)
-elseif stored == false then
-  return {'not_found'}
+if string_deal then
+  deal = cjson.decode(redis.call('GET', KEYS[1]))
 else
-  deal = hash_to_table(redis.call('HGETALL', KEYS[1]))
+  deal = hash_to_table(redis.call('HGETALL', KEYS[1]))  -- empty when there is no deal
 end
 if deal['offer_id'] == nil or deal['publisher'] ~= ARGV[1] then return {'not_found'} end
 if deal['playout_id'] then return {'repeat', deal['playout_id'], deal['confirmed_ms']} end
-if type(stored) == 'string' then
+if string_deal then
   deal['playout_id'], deal['confirmed_ms'] = ARGV[2], ARGV[3]
   redis.call('SET', KEYS[1], cjson.encode(deal), 'KEEPTTL')
   deal['playout_id'], deal['confirmed_ms'] = nil, nil  -- the record has the deal as it was

@@ -17,8 +17,10 @@ if offer == nil then return {'unknown'} end
 -- The set outlives the offer hash: it lasts as long as the offer's remaining time or the
 -- retention after resolution, whichever is longer, refreshed by every call.
 local keep = redis.call('PTTL', KEYS[1])
-if keep < 0 then  -- a lean offer still open: its time to expiry, then the retention
-  keep = offer['expires_ms'] - ARGV[1] + ARGV[7]
+if keep < 0 then
+  -- A lean offer still open: its time to expiry, then the retention, and an hour for the
+  -- sweeper's lag (its expiry gives the hash the retention when the sweeper gets to it).
+  keep = offer['expires_ms'] - ARGV[1] + ARGV[7] + 3600000
 end
 if keep < ARGV[7] + 0 then keep = ARGV[7] + 0 end
 local first = redis.call('SADD', KEYS[9], ARGV[4])

@@ -20,8 +20,10 @@ from matching.snapshot import CampaignInfo
 from store.hot import (
     Answered,
     HotState,
+    NotAnswered,
     OfferForm,
     Reserved,
+    budget_key,
     deal_key,
     offer_key,
     queue_key,
@@ -229,14 +231,15 @@ async def test_a_record_names_each_field_of_a_packed_offer_once(
     assert offer["resolved_ms"] == str(int(later.timestamp() * 1000))
 
 
+@pytest.mark.parametrize("form", ["packed", "lean"])
 async def test_a_field_of_its_own_wins_over_the_same_field_packed(
-    redis_client: Redis, migrated: str
+    redis_client: Redis, migrated: str, form: OfferForm
 ) -> None:
-    """A hash with a field both on its own and in `rest` (no version writes one, but a hash
-    edited by hand can be one): the scripts read the field of its own, and the record names
-    it once, with that value."""
+    """A hash with a field both on its own and packed (no version writes one, but a hash
+    edited by hand can be one): the scripts read the field of its own, the record names it
+    once, with that value, and a lean offer still gets the retention at its answer."""
     _, camp = await prepare(redis_client, migrated)
-    packed, _ = _both(redis_client)
+    packed = HotState(redis_client, offer_form=form, retention_ms=3_600_000)
     now = datetime.now(UTC)
     offer_id = await _reserve(packed, camp, now, _CORE_FIELDS)
     key = offer_key(camp.shard, offer_id)
@@ -252,6 +255,9 @@ async def test_a_field_of_its_own_wins_over_the_same_field_packed(
     assert offer["creative"] == "creative-own"
     assert offer["status"] == "rejected"
     assert offer["channel"] == "core"
+    # Packed, the reservation's ttl: the 300 s to expiry and the retention; lean, the retention.
+    kept_ms = await redis_client.pttl(key)
+    assert 3_600_000 - 5_000 <= kept_ms <= 3_600_000 + (300_000 if form == "packed" else 0)
 
 
 async def test_offers_of_both_forms_are_written_once_and_reconcile_balances(
@@ -343,6 +349,7 @@ async def test_a_lean_offer_has_no_expiry_until_its_outcome_and_its_deal_is_one_
         "lost": await _reserve(lean, camp, now, _BID_FIELDS),
         "billed": await _reserve(lean, camp, now, _BID_FIELDS),
         "tracked": await _reserve(lean, camp, now, _BID_FIELDS),
+        "over total": await _reserve(lean, camp, now, _CORE_FIELDS),
     }
     for offer_id in made.values():
         assert await redis_client.pttl(offer_key(camp.shard, offer_id)) == -1
@@ -364,6 +371,13 @@ async def test_a_lean_offer_has_no_expiry_until_its_outcome_and_its_deal_is_one_
         made["tracked"], "start", later, tracking_payload("start"), billing_payload(PRICE)
     )
     assert tracked.status == "recorded"
+    # The operator lowers the total to what is spent: the accept can no longer be paid.
+    spent = await redis_client.hget(budget_key(camp.shard), f"{camp.id}:s")
+    await redis_client.hset(budget_key(camp.shard), f"{camp.id}:t", spent or 0)
+    refused = await lean.respond(
+        made["over total"], PUB, "accept", later, billing_payload(PRICE), PRICE
+    )
+    assert refused == NotAnswered("not_found", "over_total")
 
     statuses = {}
     for name, offer_id in made.items():
@@ -381,10 +395,11 @@ async def test_a_lean_offer_has_no_expiry_until_its_outcome_and_its_deal_is_one_
         "lost": "lost",
         "billed": "billed",
         "tracked": "open",
+        "over total": "expired",
     }
-    # The open offer's 300 s to expiry, then the retention.
+    # The open offer's 300 s to expiry, the retention, and an hour for the sweeper's lag.
     events_ms = await redis_client.pttl(tracked_key(camp.shard, made["tracked"]))
-    assert 300_000 + retention - 5_000 <= events_ms <= 300_000 + retention
+    assert 300_000 + retention + 3_600_000 - 5_000 <= events_ms <= 300_000 + retention + 3_600_000
 
     key = deal_key(camp.shard, answer.deal_id)
     assert await redis_client.type(key) == b"string"

@@ -54,3 +54,10 @@ def test_helpers_used_only_through_other_helpers_come_along_in_order() -> None:
     defined = _defined(respond)
     assert defined.index("release_play") < defined.index("settle") < defined.index("expire_now")
     assert "now_ms" not in defined  # named only in comments and as a parameter elsewhere
+
+
+def test_only_the_outcomes_that_set_a_lean_offers_expiry_carry_lean() -> None:
+    """respond.lua and loss.lua ask whether an offer is lean; expire.lua and track.lua set the
+    retention whatever the form, and read_offer's metatable field is not a use of `lean`."""
+    carrying = {name for name in _SCRIPTS if "lean" in _defined(script_source(name))}
+    assert carrying == {"respond.lua", "loss.lua"}
