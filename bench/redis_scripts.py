@@ -16,9 +16,11 @@ Redis side of each record (`XREADGROUP`, then `XACK` and `XDEL` of the batch: wh
 (`INFO cpu` around the step, so everything Redis did: the scripts, reading and answering the
 calls, the AOF), the EVALSHA's own time per call (`INFO commandstats`) and the calls per event
 loop cycle (the fewer, the more each pays of Redis' fixed cost per cycle: the socket reads and
-writes, the AOF write). The worker's load does not move these figures, so two versions of the
-scripts compare here within a few per cent, where the harness' figures swing with the machine's
-load (docs/performance.md, "Redis per request").
+writes, the AOF write), and how much Redis' memory grew per call (`used_memory`: what an open
+offer or bid, and a deal with its answered offer, keep in Redis). No worker shares the
+machine's cores with Redis here, so these figures swing less than the harness' (docs/
+performance.md, "Redis per request"), but on a shared machine they still move by a quarter
+between runs: compare two versions of the scripts by `--instructions`.
 
 `--instructions` runs the server under valgrind's callgrind (`apt-get install valgrind`) and
 adds the instructions Redis ran per call (user space: its system calls, the socket and AOF
@@ -73,6 +75,8 @@ class Step:
     cpu_s: float
     evalsha_us: float
     cycles: int
+    #: How much Redis' memory in use grew during the step (`used_memory`).
+    memory_bytes: int
     #: The instructions Redis ran during the step (--instructions), else 0.
     instructions: int = 0
 
@@ -83,7 +87,8 @@ class Step:
         return (
             f"{self.name:22s} {self.calls / self.wall_s:8,.0f} calls/s  Redis "
             f"{1e6 * self.cpu_s / self.calls:6.1f} us/call  EVALSHA {self.evalsha_us:5.1f} us  "
-            f"{self.calls / max(self.cycles, 1):5.1f} calls/cycle{counted}"
+            f"{self.calls / max(self.cycles, 1):5.1f} calls/cycle  "
+            f"{self.memory_bytes / self.calls:+6.0f} B/call{counted}"
         )
 
 
@@ -122,17 +127,19 @@ class Instructions:
         raise RuntimeError("callgrind wrote no dump")
 
 
-def _redis_figures(port: int) -> tuple[float, float, int]:
-    """(CPU seconds so far, EVALSHA us per call since the last reset, event loop cycles)."""
+def _redis_figures(port: int) -> tuple[float, float, int, int]:
+    """(CPU seconds so far, EVALSHA us per call since the last reset, event loop cycles, bytes
+    of memory in use)."""
     client = redis.Redis(port=port)
     try:
         cpu = client.info("cpu")
         stats = client.info("commandstats").get("cmdstat_evalsha", {})
         cycles = int(client.info("stats").get("eventloop_cycles", 0))
+        memory = int(client.info("memory")["used_memory"])
     finally:
         client.close()
     used = float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
-    return used, float(stats.get("usec_per_call", 0.0)), cycles
+    return used, float(stats.get("usec_per_call", 0.0)), cycles, memory
 
 
 async def _step(
@@ -152,15 +159,16 @@ async def _step(
         while queue:
             results.append(await queue.pop()())
 
-    cpu_before, _, _ = _redis_figures(port)
+    cpu_before, _, _, memory_before = _redis_figures(port)
     if instructions:
         instructions.start()
     started = time.perf_counter()
     await asyncio.gather(*[caller() for _ in range(callers)], *([alongside()] if alongside else []))
     wall = time.perf_counter() - started
     counted = instructions.stop() if instructions else 0
-    cpu_after, evalsha_us, cycles = _redis_figures(port)
-    step = Step(name, len(calls), wall, cpu_after - cpu_before, evalsha_us, cycles, counted)
+    cpu_after, evalsha_us, cycles, memory_after = _redis_figures(port)
+    grown = memory_after - memory_before
+    step = Step(name, len(calls), wall, cpu_after - cpu_before, evalsha_us, cycles, grown, counted)
     return step, results
 
 

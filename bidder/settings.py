@@ -410,6 +410,9 @@ class OfferSettings(Group):
 
     ttl_seconds: int = setting("OFFER_TTL_SECONDS", 300, _positive_int)
     """The lifetime of an offer or bid."""
+    retention_seconds: int = setting("OFFER_RETENTION_SECONDS", 90_000, _positive_int)
+    """How long Redis keeps an offer or bid after its outcome: its loss notices and tracking
+    pixels are recorded that long (the 24-hour loss-notice window and a margin by default)."""
     default_commission_rate: Decimal = setting(  # noqa: RUF009 - the field's declaration
         "DEFAULT_COMMISSION_RATE", Decimal("0.15"), _rate
     )

@@ -57,6 +57,7 @@ class Runtime:
             fast=self.fast,
             offer_form=settings.redis.offer_hash,
             slices=settings.redis.budget_slices,
+            retention_ms=settings.offers.retention_seconds * 1000,
         )
         self.metrics = Metrics()
         stopping = asyncio.Event()

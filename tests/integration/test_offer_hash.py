@@ -305,6 +305,30 @@ async def test_offer_hash_names_the_form_a_served_offer_is_written_in(
         assert answer.status_code == 200, answer.text
 
 
+@pytest.mark.parametrize("form", ["fields", "lean"])
+async def test_offer_retention_seconds_sets_how_long_an_answered_offer_is_kept(
+    servers: ServerUrls, clean: None, form: OfferForm
+) -> None:
+    """OFFER_RETENTION_SECONDS reaches Redis: an answered offer is kept that long after its
+    expiry (the reservation's ttl: fields, packed) or after its answer (lean), not 25 hours."""
+    settings = make_settings(servers, OFFER_HASH=form, OFFER_RETENTION_SECONDS="120")
+    async with live_app(settings) as live:
+        core = await prepare_core(live)
+        offer = await core.offer(SCREEN_MOVING)
+        assert offer.status_code == 200, offer.text
+        offer_id = offer.json()["offer_id"]
+        expires_at = datetime.fromisoformat(offer.json()["expires_at"])
+        price = offer.json()["bid_price_cents"]
+        answer = await core.respond(offer_id, {"action": "accept", "accepted_price_cents": price})
+        assert answer.status_code == 200, answer.text
+        shard = shard_of(offer_id)
+        assert shard is not None
+        kept_ms = await live.rt.redis.pttl(offer_key(shard, offer_id))
+    until_expiry_ms = (expires_at - datetime.now(UTC)).total_seconds() * 1000
+    longest_ms = 120_000 + (until_expiry_ms if form == "fields" else 0)
+    assert longest_ms - 10_000 <= kept_ms <= longest_ms + 1_000
+
+
 @pytest.mark.parametrize("form", ["packed", "lean"])
 async def test_an_answered_or_lost_offer_is_kept_for_the_retention(
     redis_client: Redis, migrated: str, form: OfferForm

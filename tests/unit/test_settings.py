@@ -36,6 +36,7 @@ def test_defaults() -> None:
     assert settings.offers.default_commission_rate == Decimal("0.15")
     assert settings.records.writer is True
     assert settings.redis.offer_hash == "fields"  # what earlier releases read
+    assert settings.offers.retention_seconds == 90_000  # the loss-notice window and an hour
 
 
 def test_offer_hash_takes_each_form() -> None:
@@ -143,6 +144,8 @@ def test_missing_required_settings_are_named() -> None:
         ("MAX_CONNECTIONS_PER_WORKER", "0"),
         ("MAX_CONNECTIONS_PER_WORKER", "many"),
         ("OFFER_HASH", "json"),
+        ("OFFER_RETENTION_SECONDS", "0"),
+        ("OFFER_RETENTION_SECONDS", "a day"),
     ],
 )
 def test_single_bad_values(name: str, value: str) -> None:
