@@ -168,6 +168,20 @@ async def _drain_budget(hot: HotState, camp: CampaignInfo, price: int) -> int:
         bought += one_by_one
 
 
+async def _play_until_refused(
+    hot: HotState, camp: CampaignInfo, screen_id: str, price: int, accepted: int
+) -> tuple[int, Refused]:
+    """Reserve at `price` on one screen and accept at `accepted`, again and again, until the
+    reservation is refused: how many plays that bought, and the refusal."""
+    plays = 0
+    while isinstance(made := await _reserve(hot, camp, price, screen_id), Reserved):
+        plays += 1
+        await hot.respond(
+            made.offer_id, PUB, "accept", datetime.now(UTC), billing_payload(accepted), accepted
+        )
+    return plays, made
+
+
 @pytest.mark.parametrize("slices", [4, 16])
 async def test_concurrent_reservations_on_many_screens_never_overspend_and_spend_down(
     redis_client: Redis, slices: int
@@ -263,13 +277,8 @@ async def test_lowering_budget_slices_to_one_strands_no_allowance(redis_client: 
     before = await _slices(redis_client, camp)
     assert before.granted > 0  # money out on the other slices
     unsliced = HotState(redis_client, slices=1)
-    plays = 0
-    while isinstance(made := await _reserve(unsliced, camp, 1_000_000, SCREENS[0]), Reserved):
-        plays += 1
-        await unsliced.respond(
-            made.offer_id, PUB, "accept", datetime.now(UTC), billing_payload(1_000_000), 1_000_000
-        )
-    assert made.reason == "budget"
+    plays, refused = await _play_until_refused(unsliced, camp, SCREENS[0], 1_000_000, 1_000_000)
+    assert refused.reason == "budget"
     state = await _slices(redis_client, camp)
     _assert_never_over(state, camp.shard)
     assert state.spent == 40_000_000, state  # 12 plays on the slices, the rest at the home
@@ -319,14 +328,8 @@ async def test_the_last_cents_spread_over_idle_slices_are_still_spent(
             bought += 1
     state = await _slices(redis_client, camp)
     assert sum(1 for _, _, a in state.parts.values() if a) > 1  # money sits in several slices
-    one = SCREENS[0]
-    plays = 0
-    while isinstance(made := await _reserve(hot, camp, 1_000_000, one), Reserved):
-        plays += 1
-        await hot.respond(
-            made.offer_id, PUB, "accept", datetime.now(UTC), billing_payload(900_000), 900_000
-        )
-    assert made.reason == "budget"
+    plays, refused = await _play_until_refused(hot, camp, SCREENS[0], 1_000_000, 900_000)
+    assert refused.reason == "budget"
     state = await _slices(redis_client, camp)
     _assert_never_over(state, camp.shard)
     assert camp.budget_micros - state.spent < 1_000_000, state
