@@ -29,12 +29,11 @@ if first == 0 then return {'replay', offer['channel']} end
 local now = ARGV[1] + 0
 local status = 'recorded'
 local extra = {billed = false}
-local budget = nil
+local budget, price = nil, nil
 if ARGV[4] == 'impression' and offer['channel'] == 'openrtb' and offer['status'] == 'open'
     and offer['expires_ms'] + 0 > now then
-  budget = read_budget(KEYS[2], offer['campaign'])
+  budget, price = read_budget(KEYS[2], offer['campaign']), offer['price'] + 0
 end
-local price = offer['price'] + 0
 if budget and not over_total(budget, price) then
   settle(KEYS[2], day_key_for(offer, KEYS[3], KEYS[4], ARGV[2], ARGV[3]), KEYS[1], offer,
          'billed', price, now, KEYS[7], nil, budget)
