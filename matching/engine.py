@@ -40,7 +40,9 @@ class Budget(msgspec.Struct, frozen=True):
     total: int
     reserved: int
     spent: int
-    daily_reserved: int = 0
+    #: Today's spending of the offers made today. A daily limit covers it and every open
+    #: reservation (`reserved`), yesterday's last ones too for an offer's lifetime past
+    #: midnight: never looser than today's reservations alone.
     daily_spent: int = 0
 
     @property
@@ -103,7 +105,7 @@ def covers(campaign: CampaignInfo, budget: Budget | None, price_micros: int) -> 
     if budget.remaining < price_micros:
         return False
     daily = campaign.daily_budget_micros
-    return daily is None or daily - budget.daily_reserved - budget.daily_spent >= price_micros
+    return daily is None or daily - budget.reserved - budget.daily_spent >= price_micros
 
 
 def candidates(snapshot: Snapshot, screen: ScreenInfo) -> Iterator[CampaignInfo]:

@@ -88,13 +88,7 @@ class Budgets:
         if parts is None:
             parts = self._parts[campaign_id] = {}
         seen = parts.get(shard)
-        part = Budget(
-            budget.total,
-            budget.reserved,
-            budget.spent,
-            seen.daily_reserved if seen else 0,
-            seen.daily_spent if seen else 0,
-        )
+        part = Budget(budget.total, budget.reserved, budget.spent, seen.daily_spent if seen else 0)
         parts[shard] = part
         figures = self.figures.get(campaign_id)
         if seen is None or figures is None:
@@ -106,7 +100,6 @@ class Budgets:
                 figures.total + part.total - seen.total,
                 figures.reserved + part.reserved - seen.reserved,
                 figures.spent + part.spent - seen.spent,
-                figures.daily_reserved,
                 figures.daily_spent,
             )
 

@@ -53,11 +53,10 @@ def sum_parts(home: int, parts: Mapping[int, Budget]) -> Budget | None:
 
 def add_parts(parts: Iterable[Budget]) -> Budget:
     """The sum of budget parts, field by field."""
-    total = reserved = spent = daily_reserved = daily_spent = 0
+    total = reserved = spent = daily_spent = 0
     for part in parts:
         total += part.total
         reserved += part.reserved
         spent += part.spent
-        daily_reserved += part.daily_reserved
         daily_spent += part.daily_spent
-    return Budget(total, reserved, spent, daily_reserved, daily_spent)
+    return Budget(total, reserved, spent, daily_spent)

@@ -449,7 +449,9 @@ class HotState:
         await self._connected(home)
         granted = int(
             await self._grant_daily(
-                [day_key(home, day)], [campaign_id, need, self.slices, limit, price], durable=True
+                [day_key(home, day), budget_key(home)],
+                [campaign_id, need, self.slices, limit, price],
+                durable=True,
             )
         )
         if granted > 0:
@@ -484,21 +486,31 @@ class HotState:
         """(allowance, free) of the campaign on every shard but its home that holds one: of
         its total, or with `day` of that day's limit."""
         others = [shard for shard in range(SHARDS) if shard != home]
-        field = "a" if day is None else "da"
-        names = [f"{campaign_id}:{part}" for part in (field, "r", "s")]
-        keys = [budget_key(s) if day is None else day_key(s, day) for s in others]
+        # The allowance and what it spent from its hash, the open reservations (which count
+        # against a day's allowance too) from the budget hash: one read, or two with `day`.
+        reads: list[tuple[str, list[str]]] = []
+        for shard in others:
+            if day is None:
+                reads.append((budget_key(shard), [f"{campaign_id}:{p}" for p in ("a", "s", "r")]))
+            else:
+                reads.append((day_key(shard, day), [f"{campaign_id}:da", f"{campaign_id}:s"]))
+                reads.append((budget_key(shard), [f"{campaign_id}:r"]))
         raw: list[Any]
         if self._fast is not None:  # the hot path's connection, and its strict timeout
             fast = self._fast
             await self._connected(home)
-            raw = await asyncio.gather(*[fast.execute_keyed(k, "HMGET", k, *names) for k in keys])
+            raw = await asyncio.gather(
+                *[fast.execute_keyed(key, "HMGET", key, *names) for key, names in reads]
+            )
         else:
             async with self.redis.pipeline(transaction=False) as pipe:
-                for key in keys:
+                for key, names in reads:
                     pipe.hmget(key, names)
                 raw = await pipe.execute()
+        if day is not None:  # each shard's two reads as one
+            raw = [raw[i] + raw[i + 1] for i in range(0, len(raw), 2)]
         found = {}
-        for shard, (allowance, reserved, spent) in zip(others, raw, strict=True):
+        for shard, (allowance, spent, reserved) in zip(others, raw, strict=True):
             if allowance is not None:
                 a = int(allowance)
                 found[shard] = (a, a - int(reserved or 0) - int(spent or 0))
@@ -530,7 +542,7 @@ class HotState:
             await self._connected(shard)
             source = budget_key(shard) if day is None else day_key(shard, day)
             taken, deadline = await self._take(  # durable: see _grant_to
-                [source],
+                [source, budget_key(shard)],
                 [campaign_id, want - back, "1" if force else "0", MOVE_WINDOW_MS, field],
                 durable=True,
             )
@@ -841,9 +853,7 @@ class HotState:
                 campaign_id, _, part = _text(key).rpartition(":")
                 fields.setdefault(campaign_id, {})["d" + part] = int(value)
             out[shard] = {
-                cid: Budget(
-                    f.get("t", 0), f.get("r", 0), f.get("s", 0), f.get("dr", 0), f.get("ds", 0)
-                )
+                cid: Budget(f.get("t", 0), f.get("r", 0), f.get("s", 0), f.get("ds", 0))
                 for cid, f in fields.items()
                 if ("t" in f if campaign_shard(cid) == shard else ("a" in f or "r" in f))
             }
@@ -861,7 +871,7 @@ class HotState:
             return {}
         today = day_of(now)
         names = [f"{cid}:{part}" for cid in ids for part in ("t", "r", "s")]
-        daily = [f"{cid}:{part}" for cid in ids for part in ("r", "s")]
+        daily = [f"{cid}:s" for cid in ids]
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hmget(budget_key(shard), names)
             pipe.hmget(day_key(shard, today), daily)
@@ -871,9 +881,8 @@ class HotState:
             total, reserved, spent = counters[3 * number : 3 * number + 3]
             if total is None:
                 continue
-            dr, ds = days[2 * number : 2 * number + 2]
             found[cid] = Budget(
-                int(total), int(reserved or 0), int(spent or 0), int(dr or 0), int(ds or 0)
+                int(total), int(reserved or 0), int(spent or 0), int(days[number] or 0)
             )
         return found
 
@@ -883,21 +892,16 @@ class HotState:
         home = campaign_shard(campaign_id)
         today = day_of(now)
         names = [f"{campaign_id}:{part}" for part in ("t", "r", "s", "a")]
-        daily = [f"{campaign_id}:r", f"{campaign_id}:s"]
         async with self.redis.pipeline(transaction=False) as pipe:
             for shard in range(SHARDS):
                 pipe.hmget(budget_key(shard), names)
-                pipe.hmget(day_key(shard, today), daily)
+                pipe.hget(day_key(shard, today), f"{campaign_id}:s")
             raw = await pipe.execute()
         parts = {}
         for shard in range(SHARDS):
-            (total, reserved, spent, allowance), (dr, ds) = raw[2 * shard], raw[2 * shard + 1]
+            (total, reserved, spent, allowance), daily_spent = raw[2 * shard], raw[2 * shard + 1]
             if (total is not None) if shard == home else (allowance or reserved) is not None:
                 parts[shard] = Budget(
-                    int(total or 0),
-                    int(reserved or 0),
-                    int(spent or 0),
-                    int(dr or 0),
-                    int(ds or 0),
+                    int(total or 0), int(reserved or 0), int(spent or 0), int(daily_spent or 0)
                 )
         return parts

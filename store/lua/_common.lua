@@ -1,7 +1,13 @@
 -- Shared helpers: each script is prefixed with those it uses, and those they use, at load time
 -- (store/hot/scripts.py): a helper calls only helpers defined above it.
 -- Amounts are integer micro-cents. Budget fields of a campaign live in the shard's hash:
---   <cid>:t total, <cid>:r reserved, <cid>:s spent; per UTC day <cid>:r and <cid>:s in day hashes.
+--   <cid>:t total, <cid>:r reserved, <cid>:s spent; per UTC day <cid>:s in day hashes, the
+--   spending of the offers made that day. A daily limit covers that day's spending and every
+--   open reservation (<cid>:r): an offer lives at most OFFER_TTL_SECONDS, so past midnight the
+--   last ones of yesterday count too for that long, which is stricter and never looser than
+--   counting today's reservations alone. Day hashes also hold <cid>:r, today's reservations
+--   of offers other than lean ones, for workers that read it there (docs/operations.md,
+--   "Rolling upgrades"); nothing here reads it.
 -- A campaign whose budget is split into slices (BUDGET_SLICES, docs/architecture.md "Budget
 -- slices") has <cid>:t and <cid>:g (granted to its other slices) on its home shard only, and
 -- <cid>:a (the allowance granted to it) on each other slice's shard; every slice has its own
@@ -140,8 +146,11 @@ local function settle(budget_key, day_key, offer_key, offer, status, spend, at_m
   redis.call('HINCRBY', budget_key, cid .. ':r', release)
   if spend > 0 then redis.call('HINCRBY', budget_key, cid .. ':s', spend) end
   if day_key then
-    redis.call('HINCRBY', day_key, cid .. ':r', release)
-    if spend > 0 then redis.call('HINCRBY', day_key, cid .. ':s', spend) end
+    if not lean(offer) then redis.call('HINCRBY', day_key, cid .. ':r', release) end
+    -- A lean offer's reservation left the day hash alone: its first spending may create it.
+    if spend > 0 and redis.call('HINCRBY', day_key, cid .. ':s', spend) == spend then
+      redis.call('PEXPIRE', day_key, 259200000)
+    end
   end
   redis.call('HSET', offer_key, 'status', status, 'resolved_ms', at_ms, unpack(more or {}))
   offer['status'] = status

@@ -31,16 +31,18 @@ elseif num(b[5]) - reserved - spent < price then
 end
 if ARGV[3] ~= '-1' then
   local daily_limit = ARGV[3] + 0
-  -- With slices the home's share of today's limit is what it did not grant (`dg`), another
-  -- slice's is its daily allowance (`da`), both in the day hash.
-  local d = redis.call('HMGET', KEYS[2], reserved_field, cid .. ':s', cid .. ':dg', cid .. ':da')
-  local used = num(d[1]) + num(d[2])
+  -- Today's limit covers today's spending and every open reservation of the slice (_common.lua:
+  -- those of the last minutes of yesterday too, for at most an offer's lifetime after
+  -- midnight). With slices the home's share of the limit is what it did not grant (`dg`),
+  -- another slice's is its daily allowance (`da`), both in the day hash.
+  local d = redis.call('HMGET', KEYS[2], cid .. ':s', cid .. ':dg', cid .. ':da')
+  local used = reserved + num(d[1])
   if b[1] ~= false then
-    if daily_limit - num(d[3]) - used < price then
-      return {0, 'daily_budget', total, reserved, spent, daily_limit - num(d[3]) - used}
+    if daily_limit - num(d[2]) - used < price then
+      return {0, 'daily_budget', total, reserved, spent, daily_limit - num(d[2]) - used}
     end
-  elseif num(d[4]) - used < price then
-    return {0, 'slice_daily', 0, reserved, spent, num(d[4]) - used}
+  elseif num(d[3]) - used < price then
+    return {0, 'slice_daily', 0, reserved, spent, num(d[3]) - used}
   end
 end
 local freq_field = ARGV[4] ~= '-1' and cid .. ':' .. ARGV[5]
@@ -48,11 +50,15 @@ if freq_field and num(redis.call('HGET', KEYS[3], freq_field)) >= ARGV[4] + 0 th
   return {0, 'frequency_cap', total, reserved, spent}
 end
 
+local lean_offer = ARGV[8] == '0'
 -- Numbers go to Redis as the argument strings they came as, not formatted again.
 redis.call('HINCRBY', KEYS[1], reserved_field, ARGV[2])
 -- A hash gets its expiry when one of its fields is created (the answer is then exactly what
 -- was added), not on every reservation: that is when the key can have been created.
-if redis.call('HINCRBY', KEYS[2], reserved_field, ARGV[2]) == price then
+-- Today's reservations are counted in the day hash for the workers whose daily check reads
+-- them there (docs/operations.md, "Rolling upgrades"), except a lean offer's: only a fleet
+-- whose every worker checks as above writes lean offers.
+if not lean_offer and redis.call('HINCRBY', KEYS[2], reserved_field, ARGV[2]) == price then
   redis.call('PEXPIRE', KEYS[2], 259200000)
 end
 if freq_field and redis.call('HINCRBY', KEYS[3], freq_field, 1) == 1 then
@@ -65,6 +71,6 @@ else
   redis.call('HSET', KEYS[4], 'status', 'open', 'campaign', cid, 'price', ARGV[2],
              unpack(ARGV, 11))
 end
-if ARGV[8] ~= '0' then redis.call('PEXPIRE', KEYS[4], ARGV[8]) end
+if not lean_offer then redis.call('PEXPIRE', KEYS[4], ARGV[8]) end
 redis.call('ZADD', KEYS[5], ARGV[7], ARGV[9])
 return {1, total, reserved + price, spent}

@@ -1,6 +1,7 @@
 -- Budget slices: take allowance back from a slice (the home then lowers its `g`, credit.lua
 -- with 'g'). The money leaves the slice first: a crash in between strands it in `g`.
--- KEYS: 1 the slice's budget hash (its day hash of today for 'da')
+-- KEYS: 1 the hash of the allowance: the slice's budget hash, its day hash of today for 'da';
+--       2 the slice's budget hash, whose open reservations count against either (_common.lua)
 -- ARGV: 1 campaign id, 2 amount wanted, 3 force ('1': also the allowance backing open
 --       reservations, when the total was lowered below what is out; the slice then refuses
 --       accepts past what it keeps, as over_total does; never what backs its spending, which
@@ -9,12 +10,13 @@
 -- Returns {taken, credit deadline ms}.
 local cid, want = ARGV[1], tonumber(ARGV[2])
 local field = ARGV[5] or 'a'
-local b = redis.call('HMGET', KEYS[1], cid .. ':' .. field, cid .. ':r', cid .. ':s')
+local b = redis.call('HMGET', KEYS[1], cid .. ':' .. field, cid .. ':s')
+local reserved = num(redis.call('HGET', KEYS[2], cid .. ':r'))
 local allowance = num(b[1])
-local free = allowance - num(b[2]) - num(b[3])
+local free = allowance - reserved - num(b[2])
 local taken = want
 if ARGV[3] == '1' then
-  local unspent = allowance - num(b[3])
+  local unspent = allowance - num(b[2])
   if unspent < taken then taken = unspent end
 elseif free < taken then
   taken = free

@@ -24,6 +24,7 @@ from matching.snapshot import SHARDS, CampaignInfo, build_snapshot
 from store.hot import (
     Answered,
     HotState,
+    OfferForm,
     Refused,
     Reserved,
     budget_key,
@@ -69,11 +70,12 @@ async def _hot(
     slices: int,
     budget_cents: str,
     fast: HotConnection | None = None,
+    form: OfferForm = "fields",
     **campaign_fields: Any,
 ) -> tuple[HotState, CampaignInfo, Any]:
     doc = _document(budget_cents, **campaign_fields)
     snap = build_snapshot(doc)
-    hot = HotState(client, fast=fast, slices=slices)
+    hot = HotState(client, fast=fast, slices=slices, offer_form=form)
     await hot.sync_inventory(
         {c.id: (c.shard, c.budget_micros) for c in snap.campaigns.values()}, snap.billing_codes
     )
@@ -360,24 +362,27 @@ async def test_the_frequency_cap_stays_exact_per_screen(redis_client: Redis) -> 
 
 
 async def _daily(redis: Redis, camp: CampaignInfo) -> tuple[int, int, int]:
-    """Today's (reserved + spent over every slice, granted by the home, daily allowances)."""
+    """Today's (open reservations + today's spending over every slice, granted by the home,
+    daily allowances): what a daily limit covers (docs/decisions.md, "Daily budgets")."""
     today = day_of(datetime.now(UTC))
     used = granted = allowances = 0
     for shard in range(SHARDS):
-        r, s, dg, da = await redis.hmget(
-            day_key(shard, today), [f"{camp.id}:{p}" for p in ("r", "s", "dg", "da")]
+        s, dg, da = await redis.hmget(
+            day_key(shard, today), [f"{camp.id}:{p}" for p in ("s", "dg", "da")]
         )
+        r = await redis.hget(budget_key(shard), f"{camp.id}:r")
         used += int(r or 0) + int(s or 0)
         granted += int(dg or 0)
         allowances += int(da or 0)
     return used, granted, allowances
 
 
+@pytest.mark.parametrize("form", ["fields", "lean"])
 async def test_a_daily_limit_is_never_passed_over_the_slices_and_is_spent_down(
-    redis_client: Redis,
+    redis_client: Redis, form: OfferForm
 ) -> None:
     # 10 cents a day at 2.5 cents a play: 4 plays today, whichever screens ask, at once.
-    hot, camp, _ = await _hot(redis_client, 16, "1000", daily_budget_cents=Decimal(10))
+    hot, camp, _ = await _hot(redis_client, 16, "1000", form=form, daily_budget_cents=Decimal(10))
     # Two plays first, each on a slice other than the home, so that the plays are on several
     # slices whichever requests of the burst below reach Redis first (the home's own screens
     # need no grant and would otherwise win every race on an idle machine).

@@ -20,6 +20,7 @@ from store.hot import (
     Answered,
     HotState,
     NotAnswered,
+    OfferForm,
     Refused,
     Reserved,
     Tracked,
@@ -44,7 +45,7 @@ from tests.support.factories import (
 
 
 async def _hot(
-    client: Redis, budget_cents: str = "100000", **campaign_fields: Any
+    client: Redis, budget_cents: str = "100000", form: OfferForm = "fields", **campaign_fields: Any
 ) -> tuple[HotState, CampaignInfo]:
     """HotState with the basic inventory's campaign (of `budget_cents` and `campaign_fields`)
     synced, and that campaign."""
@@ -52,7 +53,7 @@ async def _hot(
         campaigns=[campaign(budget_cents=Decimal(budget_cents), **campaign_fields)]
     )
     snap = build_snapshot(doc)
-    hot = HotState(client)
+    hot = HotState(client, offer_form=form)
     await hot.sync_inventory(
         {c.id: (c.shard, c.budget_micros) for c in snap.campaigns.values()}, snap.billing_codes
     )
@@ -173,6 +174,72 @@ async def test_every_key_a_reservation_writes_expires(redis_client: Redis) -> No
         assert await redis_client.exists(key), key
         assert await redis_client.pttl(key) > 0, key
     assert int(await redis_client.hget(keys[1], f"{CAMPAIGN}:{SCREEN_MOVING}") or 0) == 3
+
+
+_CORE = {"channel": "core", "publisher": PUB, "creative": "c"}
+
+
+@pytest.mark.parametrize("form", ["fields", "lean"])
+async def test_the_last_open_offers_of_yesterday_count_against_todays_daily_limit(
+    redis_client: Redis, form: OfferForm
+) -> None:
+    """docs/decisions.md, "Daily budgets": a daily limit covers the day's spending and every
+    open reservation, so past midnight the offers still open from yesterday count against
+    today's limit until they end; an accepted one spends on the day it was made."""
+    hot, camp = await _hot(redis_client, "100", form, daily_budget_cents=Decimal(5))
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    late = midnight - timedelta(seconds=60)
+
+    async def offer(at: datetime) -> Reserved | Refused:
+        return await hot.reserve(
+            camp, 2_500_000, SCREEN_MOVING, at, at + timedelta(minutes=5), _CORE
+        )
+
+    yesterdays = [await offer(late), await offer(late)]  # yesterday's 5 cents
+    assert all(isinstance(r, Reserved) for r in yesterdays), yesterdays
+    refused = await offer(midnight + timedelta(seconds=30))
+    assert isinstance(refused, Refused)
+    assert refused.reason == "daily_budget"
+    first, second = (r.offer_id for r in yesterdays if isinstance(r, Reserved))
+    rejected = await hot.respond(first, PUB, "reject", midnight + timedelta(seconds=31), {})
+    assert isinstance(rejected, Answered)
+    assert isinstance(await offer(midnight + timedelta(seconds=32)), Reserved)
+    assert isinstance(await offer(midnight + timedelta(seconds=33)), Refused)
+    # Accepted after midnight, yesterday's offer spends on yesterday: today has room again.
+    accepted = await hot.respond(
+        second, PUB, "accept", midnight + timedelta(seconds=34), {}, 2_500_000
+    )
+    assert isinstance(accepted, Answered)
+    yesterday_key = day_key(camp.shard, late.strftime("%Y%m%d"))
+    today_key = day_key(camp.shard, midnight.strftime("%Y%m%d"))
+    assert await redis_client.hget(yesterday_key, f"{CAMPAIGN}:s") == b"2500000"
+    assert await redis_client.hget(today_key, f"{CAMPAIGN}:s") is None
+    assert isinstance(await offer(midnight + timedelta(seconds=35)), Reserved)
+    assert isinstance(await offer(midnight + timedelta(seconds=36)), Refused)
+
+
+@pytest.mark.parametrize("form", ["fields", "lean"])
+async def test_todays_reservations_are_counted_in_the_day_hash_but_for_lean_offers(
+    redis_client: Redis, form: OfferForm
+) -> None:
+    """The day hash keeps today's reservations of every offer but a lean one, for workers that
+    check the daily limit there (docs/operations.md, "Rolling upgrades"); a lean offer's
+    spending creates the day hash, with the day hash's expiry."""
+    hot, camp = await _hot(redis_client, "100", form, daily_budget_cents=Decimal(50))
+    now = datetime.now(UTC)
+    made = await hot.reserve(camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), _CORE)
+    assert isinstance(made, Reserved)
+    key = day_key(camp.shard, now.strftime("%Y%m%d"))
+    counted = await redis_client.hget(key, f"{CAMPAIGN}:r")
+    assert counted == (None if form == "lean" else b"2500000")
+    assert await redis_client.exists(key) == (0 if form == "lean" else 1)
+    answer = await hot.respond(made.offer_id, PUB, "accept", now, {}, 2_000_000)
+    assert isinstance(answer, Answered)
+    day = await redis_client.hgetall(key)
+    assert day[f"{CAMPAIGN}:s".encode()] == b"2000000"
+    assert day.get(f"{CAMPAIGN}:r".encode()) == (None if form == "lean" else b"0")
+    assert 0 < await redis_client.pttl(key) <= 3 * 86_400_000
+    assert (await hot.read_budgets(now))[CAMPAIGN].daily_spent == 2_000_000
 
 
 async def test_a_total_lowered_below_the_reservations_is_never_overspent(

@@ -300,10 +300,18 @@ def test_remaining_budget_must_cover_the_price(budget: Budget, eligible: bool) -
 
 def test_daily_budget_must_cover_the_price() -> None:
     snap = _snapshot(campaigns=[campaign(daily_budget_cents=Decimal(5))])
-    used = Budget(100_000_000, 0, 0, daily_reserved=2_500_000, daily_spent=0)
-    assert isinstance(_select(snap, budgets={CAMPAIGN: used}), Match)
-    spent = Budget(100_000_000, 0, 0, daily_reserved=2_500_000, daily_spent=1)
-    assert isinstance(_select(snap, budgets={CAMPAIGN: spent}), NoMatch)
+    # 5 cents a day, 2.5 a play: today's spending and the open reservations leave the price.
+    reserved = Budget(100_000_000, 2_500_000, 0, daily_spent=0)
+    assert isinstance(_select(snap, budgets={CAMPAIGN: reserved}), Match)
+    spent_today = Budget(100_000_000, 0, 2_500_000, daily_spent=2_500_000)
+    assert isinstance(_select(snap, budgets={CAMPAIGN: spent_today}), Match)
+    # One micro-cent more, of either, and it does not.
+    assert isinstance(_select(snap, budgets={CAMPAIGN: Budget(100_000_000, 2_500_001, 0)}), NoMatch)
+    both = Budget(100_000_000, 2_500_000, 1, daily_spent=1)
+    assert isinstance(_select(snap, budgets={CAMPAIGN: both}), NoMatch)
+    # Spending of earlier days does not count against today's limit.
+    earlier = Budget(100_000_000, 0, 90_000_000, daily_spent=0)
+    assert isinstance(_select(snap, budgets={CAMPAIGN: earlier}), Match)
 
 
 @pytest.mark.parametrize(

@@ -27,17 +27,15 @@ def test_a_read_keeps_the_answers_noted_while_it_was_on_its_way() -> None:
 
 
 def test_an_answer_keeps_the_days_figures_as_last_read() -> None:
-    """A script answers with the lifetime figures; today's stay as the last read gave them."""
+    """A script answers with the lifetime figures; today's spending stays as the last read
+    gave it."""
     budgets = Budgets()
-    budgets.fold({"c1": Budget(1_000, 0, 0, 30, 20)}, budgets.mark())
+    budgets.fold({"c1": Budget(1_000, 0, 0, 20)}, budgets.mark())
     budgets.note("c1", Budget(1_000, 70, 10))
-    assert budgets.figures["c1"] == Budget(1_000, 70, 10, 30, 20)
+    assert budgets.figures["c1"] == Budget(1_000, 70, 10, 20)
     budgets.note("c1", None)  # no budget in the answer: nothing changes
     budgets.note("c9", Budget(500, 5, 0))  # a campaign never read: no figures for today
-    assert budgets.figures == {
-        "c1": Budget(1_000, 70, 10, 30, 20),
-        "c9": Budget(500, 5, 0, 0, 0),
-    }
+    assert budgets.figures == {"c1": Budget(1_000, 70, 10, 20), "c9": Budget(500, 5, 0, 0)}
 
 
 async def test_sleep_ends_when_the_loops_stop() -> None:
