@@ -147,8 +147,10 @@ local function settle(budget_key, day_key, offer_key, offer, status, spend, at_m
   if spend > 0 then redis.call('HINCRBY', budget_key, cid .. ':s', spend) end
   if day_key then
     if not lean(offer) then redis.call('HINCRBY', day_key, cid .. ':r', release) end
-    -- A lean offer's reservation left the day hash alone: its first spending may create it.
-    if spend > 0 and redis.call('HINCRBY', day_key, cid .. ':s', spend) == spend then
+    -- A lean offer's reservation left the day hash alone: its spending may create it. Asked
+    -- only when the campaign's field is new (the answer is then exactly what was added).
+    if spend > 0 and redis.call('HINCRBY', day_key, cid .. ':s', spend) == spend
+        and redis.call('PTTL', day_key) < 0 then
       redis.call('PEXPIRE', day_key, 259200000)
     end
   end
