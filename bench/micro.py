@@ -192,7 +192,7 @@ def main() -> None:
 
     state = hot.HotState.__new__(hot.HotState)
     state.retention_ms, state.deal_ttl_ms, state.slices = 3_600_000, 86_400_000, 1
-    state.offer_form = "packed"
+    state.offer_form, state.count_day_reservations = "packed", True
     state._fast = None  # no pipelined connection: no deadline, nothing to connect
     state._reserve = _NoScript([1, 10, 0, 0])
     answered = b'{"campaign":"c","deal_id":"d"}'

@@ -8,7 +8,9 @@ in .run/bench/redis-scripts), gives 64 campaigns a budget (over the 16 shards as
 with `--inventory bench`, every active campaign of the bench inventory, a fifth of them with a
 daily budget and a tenth with a frequency cap, and its billing codes), and runs through
 `HotState` on the hot path's pipelined connection (offers written in the form `--offer-hash`
-names, as OFFER_HASH does; lean by default, as the bench runs), with `callers` concurrent
+names, as OFFER_HASH does; lean by default, as the bench runs; and reservations left out of
+the day's reserved counter unless `--count-day-reservations`, as COUNT_DAY_RESERVATIONS=0 and
+the bench run them), with `callers` concurrent
 tasks: `calls` Core offer reservations, as many OpenRTB bid reservations (their four extra
 fields), then an accept of each Core offer while a stand-in record writer does the writer's
 Redis side of each record (`XREADGROUP`, then `XACK` and `XDEL` of the batch: what
@@ -200,12 +202,13 @@ async def _round(
     calls: int,
     callers: int,
     form: OfferForm,
+    counted: bool,
     instructions: Instructions | None,
 ) -> list[Step]:
     url = f"redis://127.0.0.1:{port}/0"
     client = connect(url, timeout=5.0)
     fast = PipelinedRedis(url, timeout=2.0)
-    hot = HotState(client, fast=fast, offer_form=form)
+    hot = HotState(client, fast=fast, offer_form=form, count_day_reservations=counted)
     core = {"channel": "core", "publisher": _PUBLISHER, "creative": "creative-1"}
     bid = {
         "channel": "openrtb",
@@ -274,6 +277,7 @@ async def run(
     campaigns: int,
     inventory: str,
     form: OfferForm,
+    counted: bool,
     instructions: Instructions | None,
 ) -> None:
     client = connect(f"redis://127.0.0.1:{port}/0", timeout=5.0)
@@ -285,7 +289,7 @@ async def run(
     await client.aclose()
     by_step: dict[str, list[Step]] = {}
     for number in range(1, rounds + 1):
-        for step in await _round(port, camps, calls, callers, form, instructions):
+        for step in await _round(port, camps, calls, callers, form, counted, instructions):
             print(f"r{number} {step.line()}", flush=True)
             by_step.setdefault(step.name, []).append(step)
         # As the bench compacts between phases (waiting for one Redis started itself).
@@ -293,8 +297,8 @@ async def run(
     print("median over the rounds (Redis us/call):")
     for name, steps in by_step.items():
         figures = [1e6 * s.cpu_s / s.calls for s in steps]
-        counted = [s.instructions / s.calls for s in steps if s.instructions]
-        also = f"  {statistics.median(counted):9,.0f} instr/call" if counted else ""
+        per_call = [s.instructions / s.calls for s in steps if s.instructions]
+        also = f"  {statistics.median(per_call):9,.0f} instr/call" if per_call else ""
         print(f"  {name:22s} {statistics.median(figures):6.1f}{also}")
 
 
@@ -331,6 +335,7 @@ def main() -> None:
     parser.add_argument("--allocator", choices=("glibc", "jemalloc"), default="glibc")
     parser.add_argument("--inventory", choices=("plain", "bench"), default="plain")
     parser.add_argument("--offer-hash", choices=OFFER_FORMS, default="lean")
+    parser.add_argument("--count-day-reservations", action="store_true")
     parser.add_argument("--instructions", action="store_true")
     args = parser.parse_args()
     shutil.rmtree(ROOT, ignore_errors=True)
@@ -354,6 +359,7 @@ def main() -> None:
                 args.campaigns,
                 args.inventory,
                 args.offer_hash,
+                args.count_day_reservations,
                 instructions,
             )
         )

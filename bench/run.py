@@ -736,7 +736,7 @@ def write(
                 if cfg.separate_writer
                 else "RECORD_WRITER=1 (the worker drains the record queue)"
             )
-            + ", OFFER_TTL_SECONDS=1800, OFFER_HASH=lean",
+            + ", OFFER_TTL_SECONDS=1800, OFFER_HASH=lean, COUNT_DAY_RESERVATIONS=0",
             "load": f"wrk -t1 on CPU 1, {throughput.PEAK_CONNECTIONS} connections for peaks, "
             f"{throughput.PACED_CONNECTIONS} with exponential think time for paced runs, "
             f"{cfg.wrk_seconds:g} s each; "

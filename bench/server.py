@@ -52,6 +52,7 @@ def in_process_settings(seeded: Seeded) -> Settings:
             "PUBLIC_BASE_URL": "http://bench.local",
             "OFFER_TTL_SECONDS": "1800",
             "OFFER_HASH": "lean",
+            "COUNT_DAY_RESERVATIONS": "0",
             "LOG_LEVEL": "WARNING",
             "RECORD_WRITER": "0",
         }
@@ -274,6 +275,7 @@ class Worker:
             "OFFER_TTL_SECONDS": "1800",
             # The lower Redis CPU per request: no worker of an earlier release shares this Redis.
             "OFFER_HASH": "lean",
+            "COUNT_DAY_RESERVATIONS": "0",
             "RECORD_WRITER": "1",
             "LOG_LEVEL": "WARNING",
             **self.env_overrides,

@@ -346,7 +346,7 @@ def run_cluster(cfg: BenchConfig) -> int:
             f"{len(doc.campaigns):,} campaigns (bench/seed.py, seed {seed.FULL_SEED})",
             "worker": "one granian worker (asgi, uvloop), taskset -c 0; LOG_LEVEL=WARNING, "
             "RECORD_WRITER=0, one `bidder writer` on CPU 1, OFFER_TTL_SECONDS=1800, "
-            "OFFER_HASH=lean",
+            "OFFER_HASH=lean, COUNT_DAY_RESERVATIONS=0",
             "load": f"wrk -t1 on CPU 1, {throughput.PEAK_CONNECTIONS} connections; offer "
             "request, bid and accept (a fresh offer pool each round) in interleaved rounds; "
             "the record writer held (SIGSTOP) during the offer request and bid runs, which "

@@ -379,6 +379,10 @@ class RedisSettings(Group):
     """How a new offer's hash is written: `fields` (each on its own, the form every version
     reads), `packed` (its fixed fields in one JSON value) or `lean` (packed, its expiry set at
     its outcome, its deal one string); every form is read."""
+    count_day_reservations: bool = setting("COUNT_DAY_RESERVATIONS", True, _switch)
+    """Whether a reservation also adds its price to its day's reserved counter, which earlier
+    releases check daily limits against (this one checks every open reservation). `false`
+    saves a write per reservation and per outcome, once no older worker is left."""
     budget_slices: int = setting("BUDGET_SLICES", 1, _budget_slices)
     """How many shards each campaign's budget is split over (1, 2, 4, 8 or 16). 1 by default,
     what every earlier release reads; a cluster sets 16 once no older worker is left."""

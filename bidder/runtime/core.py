@@ -56,6 +56,7 @@ class Runtime:
             self.redis,
             fast=self.fast,
             offer_form=settings.redis.offer_hash,
+            count_day_reservations=settings.redis.count_day_reservations,
             slices=settings.redis.budget_slices,
             retention_ms=settings.offers.retention_seconds * 1000,
         )

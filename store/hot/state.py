@@ -81,6 +81,11 @@ PACKED_FIELD = "rest"
 #: tells the scripts which an offer is.
 LEAN_FIELD = "body"
 
+#: The field an offer carries, as "0", when its reservation was not added to its day's reserved
+#: counter (COUNT_DAY_RESERVATIONS off): its outcome then gives nothing back there. An offer
+#: without it was counted, as is every offer of a release without the switch.
+DAY_COUNTED_FIELD = "day_counted"
+
 #: How a new offer is written (OFFER_HASH): every field on its own, packed, or lean.
 OfferForm = Literal["fields", "packed", "lean"]
 OFFER_FORMS: tuple[OfferForm, ...] = ("fields", "packed", "lean")
@@ -216,6 +221,7 @@ class HotState:
         retention_ms: int = 25 * 3_600_000,
         deal_ttl_ms: int = 30 * 86_400_000,
         offer_form: OfferForm = "packed",
+        count_day_reservations: bool = True,
         slices: int = 1,
     ) -> None:
         if slices not in SLICE_COUNTS:
@@ -228,6 +234,10 @@ class HotState:
             raise ValueError(f"offer form must be one of {OFFER_FORMS}, got {offer_form!r}")
         #: How new offers are written (see offer_from_hash); every form is read either way.
         self.offer_form = offer_form
+        #: Whether a reservation also counts in its day's reserved counter, for earlier
+        #: releases' daily checks (COUNT_DAY_RESERVATIONS); an offer that does not carries
+        #: DAY_COUNTED_FIELD "0", so its outcome gives nothing back there.
+        self.count_day_reservations = count_day_reservations
         #: How many shards each campaign's budget is split over (BUDGET_SLICES).
         self.slices = slices
 
@@ -352,6 +362,8 @@ class HotState:
             "expires_ms": str(expires_ms),
             "day": day,
         }
+        if not self.count_day_reservations:
+            offer[DAY_COUNTED_FIELD] = "0"
         await self._connected(shard)
         argv: list[Arg] = [
             campaign.id,
@@ -367,6 +379,7 @@ class HotState:
             0 if self.offer_form == "lean" else max(expires_ms - now_ms, 0) + self.retention_ms,
             offer_id,
             self._deadline(shard),
+            1 if self.count_day_reservations else 0,
         ]
         # The script writes `status`, `campaign` and `price` (the fields the scripts change or
         # sum) itself; packed, every other field is one value.
@@ -811,7 +824,7 @@ class HotState:
     async def read_budgets(
         self, now: datetime, shards: Iterable[int] = range(SHARDS)
     ) -> dict[str, Budget]:
-        """The live budget (total, reserved, spent, and today's reserved/spent) of every
+        """The live budget (total, reserved, spent, and today's spending) of every
         campaign of `shards` (default: all), summed over its budget slices among `shards`: a
         campaign whose home is among them counts when its total is set there; one whose home
         is not (a read of its other slices only) counts with what its slices there hold and a

@@ -5,9 +5,9 @@
 --   spending of the offers made that day. A daily limit covers that day's spending and every
 --   open reservation (<cid>:r): an offer lives at most OFFER_TTL_SECONDS, so past midnight the
 --   last ones of yesterday count too for that long, which is stricter and never looser than
---   counting today's reservations alone. Day hashes also hold <cid>:r, today's reservations
---   of offers other than lean ones, for workers that read it there (docs/operations.md,
---   "Rolling upgrades"); nothing here reads it.
+--   counting today's reservations alone. Day hashes also hold <cid>:r, today's reservations,
+--   for the daily check of earlier releases' workers (COUNT_DAY_RESERVATIONS; an offer whose
+--   reservation left it out has `day_counted` '0'); nothing here reads it.
 -- A campaign whose budget is split into slices (BUDGET_SLICES, docs/architecture.md "Budget
 -- slices") has <cid>:t and <cid>:g (granted to its other slices) on its home shard only, and
 -- <cid>:a (the allowance granted to it) on each other slice's shard; every slice has its own
@@ -146,9 +146,9 @@ local function settle(budget_key, day_key, offer_key, offer, status, spend, at_m
   redis.call('HINCRBY', budget_key, cid .. ':r', release)
   if spend > 0 then redis.call('HINCRBY', budget_key, cid .. ':s', spend) end
   if day_key then
-    if not lean(offer) then redis.call('HINCRBY', day_key, cid .. ':r', release) end
-    -- A lean offer's reservation left the day hash alone: its spending may create it. Asked
-    -- only when the campaign's field is new (the answer is then exactly what was added).
+    if offer['day_counted'] ~= '0' then redis.call('HINCRBY', day_key, cid .. ':r', release) end
+    -- A reservation left out of the day hash did not create it: its spending may. Asked only
+    -- when the campaign's field is new (the answer is then exactly what was added).
     if spend > 0 and redis.call('HINCRBY', day_key, cid .. ':s', spend) == spend
         and redis.call('PTTL', day_key) < 0 then
       redis.call('PEXPIRE', day_key, 259200000)

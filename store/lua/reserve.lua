@@ -7,8 +7,10 @@
 -- ARGV: 1 campaign id, 2 price, 3 daily limit ('-1': none), 4 frequency cap ('-1': none),
 --       5 screen id, 6 now_ms, 7 expires_ms, 8 offer key ttl ms ('0': none, a lean offer's),
 --       9 offer id,
---       10 deadline (epoch ms, 0: none; see too_late), 11.. the offer hash's other field/value
---       pairs (`status`, `campaign` and `price` are written from the arguments above)
+--       10 deadline (epoch ms, 0: none; see too_late), 11 '1' to add the price to today's
+--       reserved counter too (COUNT_DAY_RESERVATIONS; with '0' the offer's fields say so,
+--       _common.lua), 12.. the offer hash's other field/value pairs (`status`, `campaign` and
+--       `price` are written from the arguments above)
 -- Returns {1, total, reserved, spent} or {0, reason, total, reserved, spent}, the refusals
 -- 'budget', 'slice_budget', 'daily_budget' and 'slice_daily' followed by what the slice has
 -- free of it. On a budget
@@ -50,15 +52,12 @@ if freq_field and num(redis.call('HGET', KEYS[3], freq_field)) >= ARGV[4] + 0 th
   return {0, 'frequency_cap', total, reserved, spent}
 end
 
-local lean_offer = ARGV[8] == '0'
 -- Numbers go to Redis as the argument strings they came as, not formatted again.
 redis.call('HINCRBY', KEYS[1], reserved_field, ARGV[2])
 -- A hash gets its expiry when one of its fields is created (the answer is then exactly what
 -- was added), not on every reservation: that is when the key can have been created.
--- Today's reservations are counted in the day hash for the workers whose daily check reads
--- them there (docs/operations.md, "Rolling upgrades"), except a lean offer's: only a fleet
--- whose every worker checks as above writes lean offers.
-if not lean_offer and redis.call('HINCRBY', KEYS[2], reserved_field, ARGV[2]) == price then
+-- Today's reserved counter is for the workers of earlier releases, whose daily check reads it.
+if ARGV[11] == '1' and redis.call('HINCRBY', KEYS[2], reserved_field, ARGV[2]) == price then
   redis.call('PEXPIRE', KEYS[2], 259200000)
 end
 if freq_field and redis.call('HINCRBY', KEYS[3], freq_field, 1) == 1 then
@@ -66,11 +65,11 @@ if freq_field and redis.call('HINCRBY', KEYS[3], freq_field, 1) == 1 then
 end
 if freq_field then  -- the clock hour whose cap counts it (see release_play)
   redis.call('HSET', KEYS[4], 'status', 'open', 'campaign', cid, 'price', ARGV[2],
-             'freq_hour', math.floor(ARGV[6] / 3600000), unpack(ARGV, 11))
+             'freq_hour', math.floor(ARGV[6] / 3600000), unpack(ARGV, 12))
 else
   redis.call('HSET', KEYS[4], 'status', 'open', 'campaign', cid, 'price', ARGV[2],
-             unpack(ARGV, 11))
+             unpack(ARGV, 12))
 end
-if not lean_offer then redis.call('PEXPIRE', KEYS[4], ARGV[8]) end
+if ARGV[8] ~= '0' then redis.call('PEXPIRE', KEYS[4], ARGV[8]) end
 redis.call('ZADD', KEYS[5], ARGV[7], ARGV[9])
 return {1, total, reserved + price, spent}

@@ -71,11 +71,14 @@ async def _hot(
     budget_cents: str,
     fast: HotConnection | None = None,
     form: OfferForm = "fields",
+    counted: bool = True,
     **campaign_fields: Any,
 ) -> tuple[HotState, CampaignInfo, Any]:
     doc = _document(budget_cents, **campaign_fields)
     snap = build_snapshot(doc)
-    hot = HotState(client, fast=fast, slices=slices, offer_form=form)
+    hot = HotState(
+        client, fast=fast, slices=slices, offer_form=form, count_day_reservations=counted
+    )
     await hot.sync_inventory(
         {c.id: (c.shard, c.budget_micros) for c in snap.campaigns.values()}, snap.billing_codes
     )
@@ -377,12 +380,23 @@ async def _daily(redis: Redis, camp: CampaignInfo) -> tuple[int, int, int]:
     return used, granted, allowances
 
 
-@pytest.mark.parametrize("form", ["fields", "lean"])
+@pytest.mark.parametrize(
+    ("form", "counted", "pipelined"),
+    [("fields", True, False), ("lean", False, False), ("lean", False, True)],
+)
 async def test_a_daily_limit_is_never_passed_over_the_slices_and_is_spent_down(
-    redis_client: Redis, form: OfferForm
+    redis_client: Redis, fast: HotConnection, form: OfferForm, counted: bool, pipelined: bool
 ) -> None:
     # 10 cents a day at 2.5 cents a play: 4 plays today, whichever screens ask, at once.
-    hot, camp, _ = await _hot(redis_client, 16, "1000", form=form, daily_budget_cents=Decimal(10))
+    hot, camp, _ = await _hot(
+        redis_client,
+        16,
+        "1000",
+        fast if pipelined else None,
+        form=form,
+        counted=counted,
+        daily_budget_cents=Decimal(10),
+    )
     # Two plays first, each on a slice other than the home, so that the plays are on several
     # slices whichever requests of the burst below reach Redis first (the home's own screens
     # need no grant and would otherwise win every race on an idle machine).
@@ -460,6 +474,55 @@ async def test_a_grant_never_credited_overspends_nothing_and_reconcile_gives_it_
     assert state.granted == state.allowances
     await _drain_budget(hot, camp, 1_000_000)  # the 15 cents are spendable again
     assert (await _slices(redis_client, camp)).spent == 20_000_000
+
+
+async def test_the_homes_open_reservations_count_against_the_day_it_grants(
+    redis_client: Redis,
+) -> None:
+    """grant_daily.lua grants of today's limit only what the home's open reservations (its
+    budget hash's, of any day) and today's spending leave: here reservations left out of the
+    day hash (COUNT_DAY_RESERVATIONS off) hold 7.5 of the 10 cents."""
+    _, camp, _ = await _hot(redis_client, 16, "1000", daily_budget_cents=Decimal(10))
+    on_home = HotState(redis_client, count_day_reservations=False)  # one slice: the home's
+    for screen_id in SCREENS[:3]:
+        assert isinstance(await _reserve(on_home, camp, 2_500_000, screen_id), Reserved)
+    today = day_of(datetime.now(UTC))
+    grant_daily = _script(redis_client, "grant_daily.lua")
+    keys = [day_key(camp.shard, today), budget_key(camp.shard)]
+
+    async def grant(need: int) -> int:
+        return int(await grant_daily(keys=keys, args=[CAMPAIGN, need, 16, 10_000_000, 2_500_000]))
+
+    assert await grant(3_000_000) == 0  # 2.5 cents free today
+    assert await grant(2_500_000) == 2_500_000
+    assert await grant(2_500_000) == 0
+
+
+async def test_a_slices_open_reservations_are_not_taken_back_with_its_daily_allowance(
+    redis_client: Redis,
+) -> None:
+    """take.lua with `da` takes back what today's allowance has free: less the slice's open
+    reservations (its budget hash's) and today's spending."""
+    hot, camp, _ = await _hot(
+        redis_client, 16, "1000", counted=False, daily_budget_cents=Decimal(100)
+    )
+    shards = slice_shards(camp.shard, 16)
+    screen_id = next(s for s in SCREENS if shards[slice_index(s, 16)] != camp.shard)
+    shard = shards[slice_index(screen_id, 16)]
+    made = await _reserve(hot, camp, 2_500_000, screen_id)
+    assert isinstance(made, Reserved)
+    assert made.shard == shard
+    today = day_of(datetime.now(UTC))
+    allowance = int(await redis_client.hget(day_key(shard, today), f"{CAMPAIGN}:da") or 0)
+    assert allowance >= 2_500_000  # granted for the play, maybe more
+    take = _script(redis_client, "take.lua")
+    taken, _ = await take(
+        keys=[day_key(shard, today), budget_key(shard)],
+        args=[CAMPAIGN, 100_000_000, "0", 10_000, "da"],
+    )
+    assert int(taken) == allowance - 2_500_000
+    left = await redis_client.hget(day_key(shard, today), f"{CAMPAIGN}:da")
+    assert int(left or 0) == 2_500_000  # what backs the open offer stays with the slice
 
 
 async def test_a_credit_after_its_deadline_changes_nothing(redis_client: Redis) -> None:

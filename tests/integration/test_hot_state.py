@@ -45,7 +45,11 @@ from tests.support.factories import (
 
 
 async def _hot(
-    client: Redis, budget_cents: str = "100000", form: OfferForm = "fields", **campaign_fields: Any
+    client: Redis,
+    budget_cents: str = "100000",
+    form: OfferForm = "fields",
+    counted: bool = True,
+    **campaign_fields: Any,
 ) -> tuple[HotState, CampaignInfo]:
     """HotState with the basic inventory's campaign (of `budget_cents` and `campaign_fields`)
     synced, and that campaign."""
@@ -53,7 +57,7 @@ async def _hot(
         campaigns=[campaign(budget_cents=Decimal(budget_cents), **campaign_fields)]
     )
     snap = build_snapshot(doc)
-    hot = HotState(client, offer_form=form)
+    hot = HotState(client, offer_form=form, count_day_reservations=counted)
     await hot.sync_inventory(
         {c.id: (c.shard, c.budget_micros) for c in snap.campaigns.values()}, snap.billing_codes
     )
@@ -179,14 +183,14 @@ async def test_every_key_a_reservation_writes_expires(redis_client: Redis) -> No
 _CORE = {"channel": "core", "publisher": PUB, "creative": "c"}
 
 
-@pytest.mark.parametrize("form", ["fields", "lean"])
+@pytest.mark.parametrize(("form", "counted"), [("fields", True), ("lean", False)])
 async def test_the_last_open_offers_of_yesterday_count_against_todays_daily_limit(
-    redis_client: Redis, form: OfferForm
+    redis_client: Redis, form: OfferForm, counted: bool
 ) -> None:
     """docs/decisions.md, "Daily budgets": a daily limit covers the day's spending and every
     open reservation, so past midnight the offers still open from yesterday count against
     today's limit until they end; an accepted one spends on the day it was made."""
-    hot, camp = await _hot(redis_client, "100", form, daily_budget_cents=Decimal(5))
+    hot, camp = await _hot(redis_client, "100", form, counted, daily_budget_cents=Decimal(5))
     midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     late = midnight - timedelta(seconds=60)
 
@@ -218,28 +222,63 @@ async def test_the_last_open_offers_of_yesterday_count_against_todays_daily_limi
     assert isinstance(await offer(midnight + timedelta(seconds=36)), Refused)
 
 
-@pytest.mark.parametrize("form", ["fields", "lean"])
-async def test_todays_reservations_are_counted_in_the_day_hash_but_for_lean_offers(
-    redis_client: Redis, form: OfferForm
+@pytest.mark.parametrize(
+    ("form", "counted"), [("fields", True), ("lean", True), ("fields", False), ("lean", False)]
+)
+async def test_count_day_reservations_decides_whether_the_day_hash_counts_a_reservation(
+    redis_client: Redis, form: OfferForm, counted: bool
 ) -> None:
-    """The day hash keeps today's reservations of every offer but a lean one, for workers that
-    check the daily limit there (docs/operations.md, "Rolling upgrades"); a lean offer's
-    spending creates the day hash, with the day hash's expiry."""
-    hot, camp = await _hot(redis_client, "100", form, daily_budget_cents=Decimal(50))
+    """README, COUNT_DAY_RESERVATIONS: on, a reservation adds its price to its day's reserved
+    counter (which the daily check of earlier releases reads) and its outcome takes it back;
+    off, the day hash is left alone until the offer spends, which creates it with the day
+    hash's expiry. Today's spending is counted either way."""
+    hot, camp = await _hot(redis_client, "100", form, counted, daily_budget_cents=Decimal(50))
     now = datetime.now(UTC)
     made = await hot.reserve(camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), _CORE)
     assert isinstance(made, Reserved)
     key = day_key(camp.shard, now.strftime("%Y%m%d"))
-    counted = await redis_client.hget(key, f"{CAMPAIGN}:r")
-    assert counted == (None if form == "lean" else b"2500000")
-    assert await redis_client.exists(key) == (0 if form == "lean" else 1)
+    counted_now = await redis_client.hget(key, f"{CAMPAIGN}:r")
+    assert counted_now == (b"2500000" if counted else None)
+    assert await redis_client.exists(key) == (1 if counted else 0)
     answer = await hot.respond(made.offer_id, PUB, "accept", now, {}, 2_000_000)
     assert isinstance(answer, Answered)
     day = await redis_client.hgetall(key)
     assert day[f"{CAMPAIGN}:s".encode()] == b"2000000"
-    assert day.get(f"{CAMPAIGN}:r".encode()) == (None if form == "lean" else b"0")
+    assert day.get(f"{CAMPAIGN}:r".encode()) == (b"0" if counted else None)
     assert 0 < await redis_client.pttl(key) <= 3 * 86_400_000
     assert (await hot.read_budgets(now))[CAMPAIGN].daily_spent == 2_000_000
+
+
+async def test_offers_counted_and_not_end_with_todays_reserved_counter_back_at_zero(
+    redis_client: Redis,
+) -> None:
+    """COUNT_DAY_RESERVATIONS switched while offers are open: each outcome gives back to the
+    day's reserved counter exactly what its own reservation added there, whichever setting the
+    worker answering it runs with, so the counter earlier releases read stays true."""
+    on, camp = await _hot(redis_client, "100", "fields", True, daily_budget_cents=Decimal(50))
+    off = HotState(redis_client, offer_form="lean", count_day_reservations=False)
+    now = datetime.now(UTC)
+
+    async def offer(hot: HotState) -> str:
+        made = await hot.reserve(
+            camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), _CORE
+        )
+        assert isinstance(made, Reserved)
+        return made.offer_id
+
+    counted = [await offer(on), await offer(on)]
+    left_out = [await offer(off), await offer(off)]
+    key = day_key(camp.shard, now.strftime("%Y%m%d"))
+    assert await redis_client.hget(key, f"{CAMPAIGN}:r") == b"5000000"
+    # Answered by the worker of the other setting, one accepted and one rejected of each.
+    for hot, (accepted, rejected) in ((off, counted), (on, left_out)):
+        assert isinstance(await hot.respond(accepted, PUB, "accept", now, {}, 2_500_000), Answered)
+        assert isinstance(await hot.respond(rejected, PUB, "reject", now, {}), Answered)
+    day = await redis_client.hgetall(key)
+    assert day[f"{CAMPAIGN}:r".encode()] == b"0"
+    assert day[f"{CAMPAIGN}:s".encode()] == b"5000000"
+    budget = (await on.read_budgets(now))[CAMPAIGN]
+    assert (budget.reserved, budget.spent, budget.daily_spent) == (0, 5_000_000, 5_000_000)
 
 
 async def test_a_total_lowered_below_the_reservations_is_never_overspent(

@@ -56,10 +56,8 @@ def test_helpers_used_only_through_other_helpers_come_along_in_order() -> None:
     assert "now_ms" not in defined  # named only in comments and as a parameter elsewhere
 
 
-def test_lean_comes_only_with_the_scripts_that_settle_an_offer() -> None:
-    """settle asks whether an offer is lean (a lean reservation counted nothing in the day
-    hash to give back), and respond.lua and loss.lua ask it too; no other script carries it
-    (read_offer's metatable field is not a use of `lean`)."""
+def test_only_the_outcomes_that_set_a_lean_offers_expiry_carry_lean() -> None:
+    """respond.lua and loss.lua ask whether an offer is lean; expire.lua and track.lua set the
+    retention whatever the form, and read_offer's metatable field is not a use of `lean`."""
     carrying = {name for name in _SCRIPTS if "lean" in _defined(script_source(name))}
-    assert carrying == {"respond.lua", "loss.lua", "expire.lua", "track.lua"}
-    assert {name for name in _SCRIPTS if "settle" in _defined(script_source(name))} == carrying
+    assert carrying == {"respond.lua", "loss.lua"}

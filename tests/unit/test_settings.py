@@ -37,12 +37,23 @@ def test_defaults() -> None:
     assert settings.records.writer is True
     assert settings.redis.offer_hash == "fields"  # what earlier releases read
     assert settings.offers.retention_seconds == 90_000  # the loss-notice window and an hour
+    assert settings.redis.count_day_reservations is True  # what earlier releases' checks read
 
 
 def test_offer_hash_takes_each_form() -> None:
     assert load_settings({**VALID, "OFFER_HASH": "fields"}).redis.offer_hash == "fields"
     assert load_settings({**VALID, "OFFER_HASH": " Packed "}).redis.offer_hash == "packed"
     assert load_settings({**VALID, "OFFER_HASH": "LEAN"}).redis.offer_hash == "lean"
+
+
+def test_count_day_reservations_is_a_switch() -> None:
+    assert (
+        load_settings({**VALID, "COUNT_DAY_RESERVATIONS": "false"}).redis.count_day_reservations
+        is False
+    )
+    assert (
+        load_settings({**VALID, "COUNT_DAY_RESERVATIONS": "1"}).redis.count_day_reservations is True
+    )
 
 
 def test_signing_secrets_newest_first() -> None:
@@ -146,6 +157,7 @@ def test_missing_required_settings_are_named() -> None:
         ("OFFER_HASH", "json"),
         ("OFFER_RETENTION_SECONDS", "0"),
         ("OFFER_RETENTION_SECONDS", "a day"),
+        ("COUNT_DAY_RESERVATIONS", "no"),
     ],
 )
 def test_single_bad_values(name: str, value: str) -> None:
