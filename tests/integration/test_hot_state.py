@@ -281,6 +281,27 @@ async def test_offers_counted_and_not_end_with_todays_reserved_counter_back_at_z
     assert (budget.reserved, budget.spent, budget.daily_spent) == (0, 5_000_000, 5_000_000)
 
 
+async def test_an_accept_near_the_largest_budget_counts_to_the_micro_cent(
+    redis_client: Redis,
+) -> None:
+    """docs/decisions.md, "Money": budgets go up to 9e9 cents, counted exactly in micro-cents;
+    an accept writes the campaign's reserved and spent worked out in the script, digit for
+    digit even near 2^53."""
+    hot, camp = await _hot(redis_client, "9000000000")
+    spent_before = 8_999_999_990_000_001
+    await redis_client.hset(budget_key(camp.shard), f"{CAMPAIGN}:s", str(spent_before))
+    now = datetime.now(UTC)
+    made = await hot.reserve(camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), _CORE)
+    assert isinstance(made, Reserved)
+    answer = await hot.respond(made.offer_id, PUB, "accept", now, {}, 2_499_999)
+    assert isinstance(answer, Answered)
+    reserved, spent = await redis_client.hmget(
+        budget_key(camp.shard), [f"{CAMPAIGN}:r", f"{CAMPAIGN}:s"]
+    )
+    assert (reserved, spent) == (b"0", str(spent_before + 2_499_999).encode())
+    assert answer.budget.spent == spent_before + 2_499_999
+
+
 async def test_a_total_lowered_below_the_reservations_is_never_overspent(
     redis_client: Redis,
 ) -> None:
