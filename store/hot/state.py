@@ -314,8 +314,16 @@ class HotState:
                 funded, seen = await self._fund(campaign.id, home, shard, short_by, price_micros)
                 home_seen = seen or home_seen
             elif daily is not None and reason == daily_short:
+                # Open reservations of yesterday count against today's allowance, which can
+                # leave a slice short by more than the price just after midnight.
                 funded = await self._fund_daily(
-                    campaign.id, home, shard, short_by, price_micros, daily, day_of(now)
+                    campaign.id,
+                    home,
+                    shard,
+                    price_micros - result.free,
+                    price_micros,
+                    daily,
+                    day_of(now),
                 )
             else:
                 break

@@ -476,6 +476,37 @@ async def test_a_grant_never_credited_overspends_nothing_and_reconcile_gives_it_
     assert (await _slices(redis_client, camp)).spent == 20_000_000
 
 
+@pytest.mark.parametrize("counted", [True, False])
+async def test_a_slice_holding_yesterdays_open_offers_is_granted_enough_after_midnight(
+    redis_client: Redis, counted: bool
+) -> None:
+    """Past midnight a slice's open offers of yesterday count against its allowance of today
+    (docs/decisions.md, "Daily budgets"): the grant it asks the home for covers them and the
+    price, so the play that fits today's limit is made."""
+    hot, camp, _ = await _hot(
+        redis_client, 16, "1000", counted=counted, daily_budget_cents=Decimal(10)
+    )
+    shards = slice_shards(camp.shard, 16)
+    screen_id = next(s for s in SCREENS if shards[slice_index(s, 16)] != camp.shard)
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+    async def offer(at: datetime) -> Reserved | Refused:
+        return await hot.reserve(
+            camp, 2_500_000, screen_id, at, at + timedelta(minutes=5), _fields()
+        )
+
+    late = midnight - timedelta(seconds=60)
+    yesterdays = [await offer(late), await offer(late)]
+    assert all(isinstance(r, Reserved) for r in yesterdays), yesterdays
+    # Today: 5 cents of yesterday's offers open, 2.5 more fit the 10 cents.
+    made = await offer(midnight + timedelta(seconds=30))
+    assert isinstance(made, Reserved), made
+    assert isinstance(await offer(midnight + timedelta(seconds=31)), Reserved)
+    refused = await offer(midnight + timedelta(seconds=32))
+    assert isinstance(refused, Refused)
+    assert refused.reason in ("daily_budget", "slice_daily")
+
+
 async def test_the_homes_open_reservations_count_against_the_day_it_grants(
     redis_client: Redis,
 ) -> None:
