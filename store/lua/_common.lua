@@ -153,11 +153,13 @@ local function settle(budget_key, day_key, offer_key, offer, status, spend, at_m
     redis.call('HINCRBY', budget_key, cid .. ':r', release)
   end
   if day_key then
-    if offer['day_counted'] ~= '0' then redis.call('HINCRBY', day_key, cid .. ':r', release) end
-    -- A reservation left out of the day hash did not create it: its spending may. Asked only
-    -- when the campaign's field is new (the answer is then exactly what was added).
+    local counted = offer['day_counted'] ~= '0'
+    if counted then redis.call('HINCRBY', day_key, cid .. ':r', release) end
+    -- A reservation left out of the day hash did not create it (a counted one did, with its
+    -- expiry): its spending may. Asked only when the campaign's field is new (the answer is
+    -- then exactly what was added).
     if spend > 0 and redis.call('HINCRBY', day_key, cid .. ':s', spend) == spend
-        and redis.call('PTTL', day_key) < 0 then
+        and not counted and redis.call('PTTL', day_key) < 0 then
       redis.call('PEXPIRE', day_key, 259200000)
     end
   end
