@@ -143,15 +143,8 @@ local function settle(budget_key, day_key, offer_key, offer, status, spend, at_m
   local b = budget or read_budget(budget_key, cid)
   release_play(freq_key, offer, status, at_ms)
   local release = '-' .. offer['price']  -- as stored: no number formatted again
-  local reserved, spent = num(b[2]) - price, num(b[3]) + spend
-  if spend > 0 then
-    -- Both counters in one write, worked out from the fields read above in this script:
-    -- exact, as amounts stay below 2^53 micro-cents (docs/decisions.md, "Money").
-    redis.call('HSET', budget_key, cid .. ':r', string.format('%.0f', reserved),
-               cid .. ':s', string.format('%.0f', spent))
-  else
-    redis.call('HINCRBY', budget_key, cid .. ':r', release)
-  end
+  redis.call('HINCRBY', budget_key, cid .. ':r', release)
+  if spend > 0 then redis.call('HINCRBY', budget_key, cid .. ':s', spend) end
   if day_key then
     local counted = offer['day_counted'] ~= '0'
     if counted then redis.call('HINCRBY', day_key, cid .. ':r', release) end
@@ -167,7 +160,7 @@ local function settle(budget_key, day_key, offer_key, offer, status, spend, at_m
   offer['status'] = status
   offer['resolved_ms'] = tostring(at_ms)
   for i = 1, #(more or {}), 2 do offer[more[i]] = more[i + 1] end
-  return {num(b[1]), reserved, spent}
+  return {num(b[1]), num(b[2]) - price, num(b[3]) + spend}
 end
 
 local function enqueue(queue_key, kind, offer, payload, extra)

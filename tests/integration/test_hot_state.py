@@ -284,9 +284,9 @@ async def test_offers_counted_and_not_end_with_todays_reserved_counter_back_at_z
 async def test_an_accept_near_the_largest_budget_counts_to_the_micro_cent(
     redis_client: Redis,
 ) -> None:
-    """docs/decisions.md, "Money": budgets go up to 9e9 cents, counted exactly in micro-cents;
-    an accept writes the campaign's reserved and spent worked out in the script, digit for
-    digit even near 2^53."""
+    """docs/decisions.md, "Money": budgets go up to 9e9 cents, counted exactly in micro-cents:
+    an accept's reserved and spent, and the figures it answers with, digit for digit even
+    near 2^53."""
     hot, camp = await _hot(redis_client, "9000000000")
     spent_before = 8_999_999_990_000_001
     await redis_client.hset(budget_key(camp.shard), f"{CAMPAIGN}:s", str(spent_before))
