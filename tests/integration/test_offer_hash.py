@@ -24,6 +24,7 @@ from store.hot import (
     OfferForm,
     Reserved,
     budget_key,
+    day_key,
     deal_key,
     offer_key,
     queue_key,
@@ -303,6 +304,32 @@ async def test_offer_hash_names_the_form_a_served_offer_is_written_in(
         price = offer.json()["bid_price_cents"]
         answer = await core.respond(offer_id, {"action": "accept", "accepted_price_cents": price})
         assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.parametrize("count", ["1", "0"])
+async def test_count_day_reservations_reaches_the_service(
+    servers: ServerUrls, clean: None, count: str
+) -> None:
+    """COUNT_DAY_RESERVATIONS reaches Redis: a served offer's price is in its day's reserved
+    counter when it is on; off, it is left out there and the offer says so."""
+    settings = make_settings(servers, OFFER_HASH="lean", COUNT_DAY_RESERVATIONS=count)
+    async with live_app(settings) as live:
+        core = await prepare_core(live)
+        offer = await core.offer(SCREEN_MOVING)
+        assert offer.status_code == 200, offer.text
+        offer_id = offer.json()["offer_id"]
+        shard = shard_of(offer_id)
+        assert shard is not None
+        stored = await live.rt.hot.offer(offer_id)
+        assert stored is not None
+        key = day_key(shard, stored["day"])
+        counted = await live.rt.redis.hget(key, f"{stored['campaign']}:r")
+    if count == "1":
+        assert counted == stored["price"].encode()
+        assert "day_counted" not in stored
+    else:
+        assert counted is None
+        assert stored["day_counted"] == "0"
 
 
 @pytest.mark.parametrize("form", ["fields", "lean"])
