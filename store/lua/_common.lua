@@ -3,9 +3,9 @@
 -- Amounts are integer micro-cents. Budget fields of a campaign live in the shard's hash:
 --   <cid>:t total, <cid>:r reserved, <cid>:s spent; per UTC day <cid>:s in day hashes, the
 --   spending of the offers made that day. A daily limit covers that day's spending and every
---   open reservation (<cid>:r): an offer lives at most OFFER_TTL_SECONDS, so past midnight the
---   last ones of yesterday count too for that long, which is stricter and never looser than
---   counting today's reservations alone. Day hashes also hold <cid>:r, today's reservations,
+--   open reservation (<cid>:r): an offer lives at most OFFER_TTL_SECONDS and the sweeper's
+--   lag, so past midnight the last ones of yesterday count too for that long, which is
+--   stricter and never looser than counting today's reservations alone. Day hashes also hold <cid>:r, today's reservations,
 --   for the daily check of earlier releases' workers (COUNT_DAY_RESERVATIONS; an offer whose
 --   reservation left it out has `day_counted` '0'); nothing here reads it.
 -- A campaign whose budget is split into slices (BUDGET_SLICES, docs/architecture.md "Budget

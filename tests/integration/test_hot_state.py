@@ -218,12 +218,21 @@ async def test_the_last_open_offers_of_yesterday_count_against_todays_daily_limi
     today_key = day_key(camp.shard, midnight.strftime("%Y%m%d"))
     assert await redis_client.hget(yesterday_key, f"{CAMPAIGN}:s") == b"2500000"
     assert await redis_client.hget(today_key, f"{CAMPAIGN}:s") is None
+    assert 0 < await redis_client.pttl(yesterday_key) <= 3 * 86_400_000  # whoever created it
     assert isinstance(await offer(midnight + timedelta(seconds=35)), Reserved)
     assert isinstance(await offer(midnight + timedelta(seconds=36)), Refused)
 
 
 @pytest.mark.parametrize(
-    ("form", "counted"), [("fields", True), ("lean", True), ("fields", False), ("lean", False)]
+    ("form", "counted"),
+    [
+        ("fields", True),
+        ("packed", True),
+        ("lean", True),
+        ("fields", False),
+        ("packed", False),
+        ("lean", False),
+    ],
 )
 async def test_count_day_reservations_decides_whether_the_day_hash_counts_a_reservation(
     redis_client: Redis, form: OfferForm, counted: bool
