@@ -32,7 +32,7 @@ from store.hot import (
     tracked_key,
 )
 from store.reconcile import check_balances
-from tests.support.core import live_app
+from tests.support.core import Core, Live, live_app
 from tests.support.core import prepare as prepare_core
 from tests.support.factories import PUB, SCREEN_MOVING
 from tests.support.records import (
@@ -284,6 +284,18 @@ async def test_offers_of_both_forms_are_written_once_and_reconcile_balances(
         assert report.campaigns[camp.id].open_offers_in_redis == 6 * PRICE
 
 
+async def _served_offer(live: Live) -> tuple[Core, Any, str, int]:
+    """An offer request answered by the live service: the publisher's client, the response,
+    the offer's id and its shard."""
+    core = await prepare_core(live)
+    offer = await core.offer(SCREEN_MOVING)
+    assert offer.status_code == 200, offer.text
+    offer_id = offer.json()["offer_id"]
+    shard = shard_of(offer_id)
+    assert shard is not None
+    return core, offer, offer_id, shard
+
+
 @pytest.mark.parametrize(("form", "fields_kept"), [("packed", 4), ("lean", 4), ("fields", 12)])
 async def test_offer_hash_names_the_form_a_served_offer_is_written_in(
     servers: ServerUrls, clean: None, form: str, fields_kept: int
@@ -291,12 +303,7 @@ async def test_offer_hash_names_the_form_a_served_offer_is_written_in(
     """OFFER_HASH reaches the service: an offer request's hash has the form it names, and an
     accept of it answers 200 either way."""
     async with live_app(make_settings(servers, OFFER_HASH=form)) as live:
-        core = await prepare_core(live)
-        offer = await core.offer(SCREEN_MOVING)
-        assert offer.status_code == 200, offer.text
-        offer_id = offer.json()["offer_id"]
-        shard = shard_of(offer_id)
-        assert shard is not None
+        core, offer, offer_id, shard = await _served_offer(live)
         stored = await live.rt.redis.hgetall(offer_key(shard, offer_id))
         assert len(stored) == fields_kept
         assert (b"rest" in stored) == (form == "packed")
@@ -314,12 +321,7 @@ async def test_count_day_reservations_reaches_the_service(
     counter when it is on; off, it is left out there and the offer says so."""
     settings = make_settings(servers, OFFER_HASH="lean", COUNT_DAY_RESERVATIONS=count)
     async with live_app(settings) as live:
-        core = await prepare_core(live)
-        offer = await core.offer(SCREEN_MOVING)
-        assert offer.status_code == 200, offer.text
-        offer_id = offer.json()["offer_id"]
-        shard = shard_of(offer_id)
-        assert shard is not None
+        _, _, offer_id, shard = await _served_offer(live)
         stored = await live.rt.hot.offer(offer_id)
         assert stored is not None
         key = day_key(shard, stored["day"])
@@ -340,16 +342,11 @@ async def test_offer_retention_seconds_sets_how_long_an_answered_offer_is_kept(
     expiry (the reservation's ttl: fields, packed) or after its answer (lean), not 25 hours."""
     settings = make_settings(servers, OFFER_HASH=form, OFFER_RETENTION_SECONDS="120")
     async with live_app(settings) as live:
-        core = await prepare_core(live)
-        offer = await core.offer(SCREEN_MOVING)
-        assert offer.status_code == 200, offer.text
-        offer_id = offer.json()["offer_id"]
+        core, offer, offer_id, shard = await _served_offer(live)
         expires_at = datetime.fromisoformat(offer.json()["expires_at"])
         price = offer.json()["bid_price_cents"]
         answer = await core.respond(offer_id, {"action": "accept", "accepted_price_cents": price})
         assert answer.status_code == 200, answer.text
-        shard = shard_of(offer_id)
-        assert shard is not None
         kept_ms = await live.rt.redis.pttl(offer_key(shard, offer_id))
     until_expiry_ms = (expires_at - datetime.now(UTC)).total_seconds() * 1000
     longest_ms = 120_000 + (until_expiry_ms if form == "fields" else 0)
