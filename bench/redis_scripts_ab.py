@@ -50,7 +50,7 @@ class Sides:
     after: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, before: dict[str, float], after: dict[str, float]) -> None:
-        for name in before.keys() & after.keys():
+        for name in (name for name in before if name in after):  # in the run's order
             self.before.setdefault(name, []).append(before[name])
             self.after.setdefault(name, []).append(after[name])
 
