@@ -5,9 +5,10 @@
 --   spending of the offers made that day. A daily limit covers that day's spending and every
 --   open reservation (<cid>:r): an offer lives at most OFFER_TTL_SECONDS and the sweeper's
 --   lag, so past midnight the last ones of yesterday count too for that long, which is
---   stricter and never looser than counting today's reservations alone. Day hashes also hold <cid>:r, today's reservations,
---   for the daily check of earlier releases' workers (COUNT_DAY_RESERVATIONS; an offer whose
---   reservation left it out has `day_counted` '0'); nothing here reads it.
+--   stricter and never looser than counting today's reservations alone. Day hashes also hold
+--   <cid>:r, today's reservations, for the daily check of earlier releases' workers
+--   (COUNT_DAY_RESERVATIONS; an offer whose reservation left it out has `day_counted` '0');
+--   nothing here reads it.
 -- A campaign whose budget is split into slices (BUDGET_SLICES, docs/architecture.md "Budget
 -- slices") has <cid>:t and <cid>:g (granted to its other slices) on its home shard only, and
 -- <cid>:a (the allowance granted to it) on each other slice's shard; every slice has its own
