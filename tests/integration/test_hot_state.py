@@ -183,6 +183,11 @@ async def test_every_key_a_reservation_writes_expires(redis_client: Redis) -> No
 _CORE = {"channel": "core", "publisher": PUB, "creative": "c"}
 
 
+async def _core_offer(hot: HotState, camp: CampaignInfo, at: datetime) -> Reserved | Refused:
+    """A Core offer of 2.5 cents on the moving screen, made at `at` for five minutes."""
+    return await hot.reserve(camp, 2_500_000, SCREEN_MOVING, at, at + timedelta(minutes=5), _CORE)
+
+
 @pytest.mark.parametrize(("form", "counted"), [("fields", True), ("lean", False)])
 async def test_the_last_open_offers_of_yesterday_count_against_todays_daily_limit(
     redis_client: Redis, form: OfferForm, counted: bool
@@ -195,9 +200,7 @@ async def test_the_last_open_offers_of_yesterday_count_against_todays_daily_limi
     late = midnight - timedelta(seconds=60)
 
     async def offer(at: datetime) -> Reserved | Refused:
-        return await hot.reserve(
-            camp, 2_500_000, SCREEN_MOVING, at, at + timedelta(minutes=5), _CORE
-        )
+        return await _core_offer(hot, camp, at)
 
     yesterdays = [await offer(late), await offer(late)]  # yesterday's 5 cents
     assert all(isinstance(r, Reserved) for r in yesterdays), yesterdays
@@ -243,7 +246,7 @@ async def test_count_day_reservations_decides_whether_the_day_hash_counts_a_rese
     hash's expiry. Today's spending is counted either way."""
     hot, camp = await _hot(redis_client, "100", form, counted, daily_budget_cents=Decimal(50))
     now = datetime.now(UTC)
-    made = await hot.reserve(camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), _CORE)
+    made = await _core_offer(hot, camp, now)
     assert isinstance(made, Reserved)
     key = day_key(camp.shard, now.strftime("%Y%m%d"))
     counted_now = await redis_client.hget(key, f"{CAMPAIGN}:r")
@@ -269,9 +272,7 @@ async def test_offers_counted_and_not_end_with_todays_reserved_counter_back_at_z
     now = datetime.now(UTC)
 
     async def offer(hot: HotState) -> str:
-        made = await hot.reserve(
-            camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), _CORE
-        )
+        made = await _core_offer(hot, camp, now)
         assert isinstance(made, Reserved)
         return made.offer_id
 
@@ -300,7 +301,7 @@ async def test_an_accept_near_the_largest_budget_counts_to_the_micro_cent(
     spent_before = 8_999_999_990_000_001
     await redis_client.hset(budget_key(camp.shard), f"{CAMPAIGN}:s", str(spent_before))
     now = datetime.now(UTC)
-    made = await hot.reserve(camp, 2_500_000, SCREEN_MOVING, now, now + timedelta(minutes=5), _CORE)
+    made = await _core_offer(hot, camp, now)
     assert isinstance(made, Reserved)
     answer = await hot.respond(made.offer_id, PUB, "accept", now, {}, 2_499_999)
     assert isinstance(answer, Answered)
