@@ -12,6 +12,11 @@ not drift.
 
 Options for one side only (one the other revision's bench does not know, as
 `--count-day-reservations`) go in `--before-args` / `--after-args`.
+
+Without `--before` it runs this tree alone `--runs` times and prints each step's median, first
+quartile and minimum: the minimum is the nearest to the cost on a core of Redis' own, as
+`timeit` reads its repeats (the neighbours' load only ever adds time), and the median is what
+this machine gives.
 """
 
 from __future__ import annotations
@@ -66,6 +71,17 @@ class Sides:
         return out
 
 
+def summaries(runs: list[dict[str, float]]) -> list[str]:
+    """Each step's median, first quartile and minimum over `runs` (runs of one tree)."""
+    by_step: dict[str, list[float]] = {}
+    for run in runs:
+        for name, value in run.items():
+            by_step.setdefault(name, []).append(value)
+    return [
+        f"{name:24s} {_summary(values)} over {len(values)} runs" for name, values in by_step.items()
+    ]
+
+
 def _summary(values: list[float]) -> str:
     ordered = sorted(values)
     first_quartile = ordered[(len(ordered) - 1) // 4]
@@ -83,9 +99,20 @@ def _run(tree: Path, args: list[str]) -> dict[str, float]:
     return step_figures(result.stdout)
 
 
+def _alone(runs: int, args: list[str]) -> None:
+    figures = []
+    for number in range(1, runs + 1):
+        figures.append(_run(ROOT, args))
+        done = ", ".join(f"{name} {us:.1f} us" for name, us in figures[-1].items())
+        print(f"run {number}: {done}", flush=True)
+    print(f"this tree, {' '.join(args)}:")
+    for line in summaries(figures):
+        print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", required=True, help="the earlier revision (git)")
+    parser.add_argument("--before", help="the earlier revision (git); none: this tree alone")
     parser.add_argument("--runs", type=int, default=12)
     parser.add_argument("--calls", type=int, default=16_000)
     parser.add_argument("--allocator", choices=("glibc", "jemalloc"), default="jemalloc")
@@ -97,6 +124,9 @@ def main() -> None:
         *("--calls", str(args.calls), "--rounds", "1"),
         *("--allocator", args.allocator, "--inventory", args.inventory),
     ]
+    if args.before is None:
+        _alone(args.runs, [*common, *shlex.split(args.after_args)])
+        return
     worktree = ROOT / ".run" / "bench" / f"ab-{args.before}"
     shutil.rmtree(worktree, ignore_errors=True)
     subprocess.run(["git", "worktree", "prune"], cwd=ROOT, check=True)

@@ -4,7 +4,7 @@ and pairs the runs of two versions."""
 from __future__ import annotations
 
 from bench.redis_scripts import Step
-from bench.redis_scripts_ab import Sides, step_figures
+from bench.redis_scripts_ab import Sides, step_figures, summaries
 
 
 def _printed(*steps: Step) -> str:
@@ -32,3 +32,19 @@ def test_the_ratio_is_the_median_of_the_pairs_not_of_the_medians() -> None:
     assert line.startswith("bid ")
     assert "after/before 0.900 (median of 3 pairs)" in line
     assert "before   30.0 us (q1  20.0, min  20.0)" in line
+
+
+def test_one_trees_runs_give_each_steps_median_quartile_and_minimum() -> None:
+    # Five runs; the machine's load adds time to some. The offer step is missing from one run.
+    runs = [
+        {"bid": 19.0, "offer": 18.0},
+        {"bid": 25.0, "offer": 24.0},
+        {"bid": 17.5},
+        {"bid": 30.0, "offer": 16.0},
+        {"bid": 21.0, "offer": 22.0},
+    ]
+    bid, offer = summaries(runs)
+    # sorted bid: 17.5 19 21 25 30 -> median 21, q1 the 2nd of 5 (index (5-1)//4 = 1) 19.
+    assert bid.split() == "bid 21.0 us (q1 19.0, min 17.5) over 5 runs".split()
+    # sorted offer: 16 18 22 24 -> median 20, q1 index (4-1)//4 = 0: 16.
+    assert offer.split() == "offer 20.0 us (q1 16.0, min 16.0) over 4 runs".split()
