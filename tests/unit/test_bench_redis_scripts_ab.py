@@ -45,6 +45,6 @@ def test_one_trees_runs_give_each_steps_median_quartile_and_minimum() -> None:
     ]
     bid, offer = summaries(runs)
     # sorted bid: 17.5 19 21 25 30 -> median 21, q1 the 2nd of 5 (index (5-1)//4 = 1) 19.
-    assert bid.split() == "bid 21.0 us (q1 19.0, min 17.5) over 5 runs".split()
+    assert " ".join(bid.split()) == "bid 21.0 us (q1 19.0, min 17.5) over 5 runs"
     # sorted offer: 16 18 22 24 -> median 20, q1 index (4-1)//4 = 0: 16.
-    assert offer.split() == "offer 20.0 us (q1 16.0, min 16.0) over 4 runs".split()
+    assert " ".join(offer.split()) == "offer 20.0 us (q1 16.0, min 16.0) over 4 runs"
