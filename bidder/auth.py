@@ -13,7 +13,7 @@ import hmac
 import secrets
 from datetime import datetime
 
-from bidder.errors import Unauthorized
+from bidder.errors import Unauthorized, echoed
 from matching.snapshot import ApiKeyInfo, Snapshot
 
 INVALID_KEY_MESSAGE = "Invalid or expired API key"
@@ -34,7 +34,7 @@ def shown_as_id(value: str) -> str:
     who pasted the key where its key id belongs): a key is never repeated anywhere."""
     if value.startswith(("dk_live_", "dk_stg_")):
         return "an API key (not repeated here; give its key id)"
-    return repr(value)
+    return echoed(value)
 
 
 def bearer_token(header: str | None) -> str | None:

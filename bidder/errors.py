@@ -22,6 +22,20 @@ UNREADABLE_JSON: tuple[type[Exception], ...] = (
 )
 
 
+#: How much of a client's value an error message repeats: enough to recognise it, never a
+#: body's worth of it (a 60 KB query parameter is not answered with 60 KB).
+ECHO_CHARS = 64
+
+
+def echoed(value: object) -> str:
+    """`value` quoted as an error message repeats it (`repr`), cut to ECHO_CHARS characters
+    with "..." when longer."""
+    if isinstance(value, str):
+        return repr(value if len(value) <= ECHO_CHARS else value[:ECHO_CHARS] + "...")
+    text = repr(value)
+    return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + "..."
+
+
 class ServiceError(Exception):
     """An answer other than success, with its HTTP status and a stable code."""
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from bidder.errors import BadRequest
+from bidder.errors import BadRequest, echoed
 
 _decoder = msgspec.json.Decoder()
 # Numbers as JSON numbers: a tree whose numbers are Decimals (exact money) re-encodes to the
@@ -88,5 +88,4 @@ def refuse_duplicate_keys(
     object."""
     key = duplicate_key(body, tree)
     if key is not None:
-        shown = key if len(key) <= 64 else key[:64] + "..."
-        raise BadRequest(f"Duplicate key {shown!r} in the JSON body", code=code)
+        raise BadRequest(f"Duplicate key {echoed(key)} in the JSON body", code=code)

@@ -26,7 +26,7 @@ from bidder.core._common import (
     optional_text,
     read_json_object,
 )
-from bidder.errors import BadRequest, NotFound
+from bidder.errors import BadRequest, NotFound, echoed
 from bidder.http.asgi import Answer, HttpCall
 from bidder.http.web import call_of, runtime_of
 from bidder.runtime import Runtime
@@ -93,7 +93,7 @@ def _action(body: dict[str, Any]) -> Action:
         return "reject"
     if action is None:
         raise BadRequest("action is required: 'accept' or 'reject'")
-    raise BadRequest(f"Invalid action {action!r}: must be 'accept' or 'reject'")
+    raise BadRequest(f"Invalid action {echoed(action)}: must be 'accept' or 'reject'")
 
 
 def _accepted_micros(body: dict[str, Any]) -> int:

@@ -17,7 +17,7 @@ import msgspec
 from litestar import MediaType, Request, Response
 
 from bidder.auth import authenticate
-from bidder.errors import UNREADABLE_JSON, BadRequest, Unavailable
+from bidder.errors import UNREADABLE_JSON, BadRequest, Unavailable, echoed
 from bidder.http.asgi import Answer, HttpCall, is_json, json_answer
 from bidder.http.web import call_of, runtime_of
 from bidder.json_keys import refuse_duplicate_keys
@@ -105,7 +105,7 @@ def query_flag(call: HttpCall, name: str) -> bool:
         return False
     value = _BOOLEANS.get(raw.strip().lower())
     if value is None:
-        raise BadRequest(f"{name} must be true or false (or 1 or 0), got {raw!r}")
+        raise BadRequest(f"{name} must be true or false (or 1 or 0), got {echoed(raw)}")
     return value
 
 

@@ -26,7 +26,7 @@ from bidder.core._common import (
     query_flag,
 )
 from bidder.core._vast import demo_vast, offer_vast
-from bidder.errors import BadRequest, Forbidden, NotFound, Unprocessable
+from bidder.errors import BadRequest, Forbidden, NotFound, Unprocessable, echoed
 from bidder.http.asgi import Answer, HttpCall
 from bidder.http.web import call_of, iso_utc, runtime_of
 from bidder.offers import MadeOffer, make_offer
@@ -86,11 +86,10 @@ def _blocked(call: HttpCall, name: str, pattern: re.Pattern[str]) -> list[str]:
     limit = _ITEM_CHARS[name]
     for item in items:
         if len(item) > limit or pattern.fullmatch(item) is None:
-            shown = item if len(item) <= 64 else item[:64] + "..."
             raise BadRequest(
                 f"{name} must be a comma-separated list of "
                 f"{'domains' if name == 'blocked_domains' else 'category ids'} "
-                f"(each at most {limit} characters), got {shown!r}"
+                f"(each at most {limit} characters), got {echoed(item)}"
             )
     return items
 
@@ -102,7 +101,7 @@ def _blocks(call: HttpCall) -> Blocks | None:
     if raw_cattax is not None:
         if not raw_cattax.isdigit() or not 0 < int(raw_cattax[:10]) <= 2**31 - 1:
             raise BadRequest(
-                f"blocked_cattax must be a taxonomy number such as 1, got {raw_cattax[:64]!r}"
+                f"blocked_cattax must be a taxonomy number such as 1, got {echoed(raw_cattax)}"
             )
         cattax = int(raw_cattax)
     return blocks_of(
@@ -121,10 +120,10 @@ def _min_bid_micros(call: HttpCall) -> int:
         cents = parse_cents(raw)
     except MoneyError:
         raise BadRequest(
-            f"min_bid_cents must be a number of cents such as 2.5, got {raw!r}"
+            f"min_bid_cents must be a number of cents such as 2.5, got {echoed(raw)}"
         ) from None
     if cents < 0:
-        raise BadRequest(f"min_bid_cents must not be negative, got {raw!r}")
+        raise BadRequest(f"min_bid_cents must not be negative, got {echoed(raw)}")
     return cents_to_micros(min(cents, _MAX_CENTS), exact=False)
 
 
@@ -231,7 +230,9 @@ async def offer_by_external_id(rt: Runtime, call: HttpCall, external_id: str) ->
         caller.rt.metrics.count_offer("no_match")
         # `status` too: the contract's errors section gives every 404 of an offer request one
         # (its endpoint line shows only `{error}`; a field more satisfies both readings).
-        raise NotFound(f"Screen not found for external id {external_id!r}", include_status=True)
+        raise NotFound(
+            f"Screen not found for external id {echoed(external_id)}", include_status=True
+        )
     return await _offer_for(caller, screen, query)
 
 

@@ -22,7 +22,7 @@ from bidder.core._common import (
     ms_to_datetime,
     optional_text,
 )
-from bidder.errors import BadRequest, NotFound
+from bidder.errors import BadRequest, NotFound, echoed
 from bidder.http.web import iso_utc
 from matching.inventory import canonical_uuid, in_utc
 
@@ -77,7 +77,7 @@ def _played_at(body: dict[str, Any], received: datetime) -> datetime:
         moment = datetime.fromisoformat(raw.strip().replace("t", "T").replace("z", "Z"))
     except ValueError:
         raise BadRequest(
-            f"played_at is not an ISO 8601 timestamp (e.g. 2026-05-04T10:15:30Z): {raw!r}"
+            f"played_at is not an ISO 8601 timestamp (e.g. 2026-05-04T10:15:30Z): {echoed(raw)}"
         ) from None
     if moment.tzinfo is None:
         raise BadRequest("played_at needs a time zone, e.g. 2026-05-04T10:15:30Z")
@@ -87,7 +87,7 @@ def _played_at(body: dict[str, Any], received: datetime) -> datetime:
     ):
         raise BadRequest(
             f"played_at must be within {PLAYED_AT_MAX_AGE.days} days before now and "
-            f"{int(PLAYED_AT_MAX_AHEAD.total_seconds() // 60)} minutes after it: {raw!r}"
+            f"{int(PLAYED_AT_MAX_AHEAD.total_seconds() // 60)} minutes after it: {echoed(raw)}"
         )
     return in_range
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from litestar import Response, get
 from litestar.params import FromPath
 
-from bidder.errors import NotFound
+from bidder.errors import NotFound, echoed
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 #: Path name -> guide file.
@@ -34,7 +34,7 @@ def guide(name: FromPath[str]) -> Response[bytes]:
     # checkout too; served here, such a link names the guide with its suffix.
     file = GUIDES.get(name.removesuffix(".md"))
     if file is None or not (DOCS / file).is_file():
-        raise NotFound(f"No guide named {name!r}")
+        raise NotFound(f"No guide named {echoed(name)}")
     # Litestar adds `; charset=utf-8` to a text type (given here too, it came out twice).
     return Response((DOCS / file).read_bytes(), media_type="text/markdown")
 

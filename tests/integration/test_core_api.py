@@ -279,6 +279,32 @@ async def test_bad_min_bid_cents_is_400(core: Core, min_bid: str) -> None:
     assert "min_bid_cents" in body["error"]
 
 
+async def test_an_error_repeats_at_most_64_characters_of_a_value(core: Core) -> None:
+    # docs/decisions.md: an error message names a client's value by its first 64 characters
+    # and "...", never the whole of a long one.
+    value = "7x" + "9" * 60_000
+    response = await core.offer(SCREEN_MOVING, min_bid_cents=value)
+    assert response.status_code == 400, response.text[:200]
+    error = response.json()["error"]
+    assert repr(value[:64] + "...") in error
+    assert len(error) < 200
+    external_id = "ext-" + "q" * 5_000
+    missing = await core.client.get(
+        f"{API}/offers/request/external-id/{external_id}", headers=core.auth
+    )
+    assert missing.status_code == 404
+    assert repr(external_id[:64] + "...") in missing.json()["error"]
+    assert len(missing.json()["error"]) < 200
+    offer = (await core.offer(SCREEN_MOVING)).json()
+    answer = await core.respond(offer["offer_id"], {"action": "a" * 16_000})
+    assert answer.status_code == 400
+    assert repr("a" * 64 + "...") in answer.json()["error"]
+    assert len(answer.json()["error"]) < 200
+    listed = await core.respond(offer["offer_id"], {"action": ["accept"] * 500})
+    assert listed.status_code == 400
+    assert len(listed.json()["error"]) < 200
+
+
 @pytest.mark.parametrize(
     ("params", "status"),
     [
