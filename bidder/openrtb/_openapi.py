@@ -54,9 +54,11 @@ another) is not bid on (204). An
 asset whose MIME type is not in `video.mimes` is not offered (no `mimes`: any type; an empty
 list: none, so 204). The
 minimum bid is `bidfloor` x audience / 10 cents, rounded up to a whole cent. `price` is the
-offer's **per-play price in EUR** (`bid_price_cents` / 100), not a CPM. Prices are EUR only:
-`cur` and `bidfloorcur` are not read, a `bidfloor` is always a CPM in EUR. Billing happens only on
-the VAST `impression` tracking event; the loss notice in `lurl` releases the reservation.
+offer's **per-play price in EUR** (`bid_price_cents` / 100), not a CPM. Every answer is in
+EUR: `cur`, when sent, must list EUR (else 204). A deal's `bidfloor` is a CPM in its
+`bidfloorcur` (absent: EUR); another currency is converted with the operator's exchange rate
+for it, and without a fresh one there is no bid (204). Billing happens only on the VAST
+`impression` tracking event; the loss notice in `lurl` releases the reservation.
 """
 
 _LOSS_DESCRIPTION = """\

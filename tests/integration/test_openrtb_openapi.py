@@ -69,6 +69,11 @@ def test_openapi_document_is_valid_and_describes_exactly_the_interface(
     bid = document["paths"][f"{PREFIX}/bid"]["post"]
     assert set(bid["responses"]) >= {"200", "204", "400", "401"}
     assert "per-play price in EUR" in bid["description"]
+    # Currencies as the bridge reads them (docs/api-openrtb.md: `cur` must list EUR, a deal's
+    # `bidfloorcur` is converted with the operator's rate), as the request schema says too.
+    assert "exchange rate" in bid["description"]
+    assert "must list EUR" in bid["description"]
+    assert "not read" not in bid["description"]
     order = [
         bid["description"].index(code)
         for code in (
