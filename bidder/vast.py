@@ -36,6 +36,9 @@ TRACKING_EVENTS = (IMPRESSION_EVENT, *LINEAR_EVENTS)
 # Parameters covered by the tracking signature; `price` and `aud` are SSP macros, left unsigned.
 TRACKING_SIGNED = ("offer_id", "event", "pub", "scr", "ts")
 OPENRTB_MACROS = (("price", "${AUCTION_PRICE}"), ("aud", "${TOTAL_IMP}"))
+#: The query names that tell an OpenRTB bid's pixel from a Core VAST's: only the former's URL
+#: carries the SSP's macros.
+OPENRTB_MACRO_NAMES = frozenset(name for name, _ in OPENRTB_MACROS)
 
 
 def macro_value(value: str | None) -> str | None:

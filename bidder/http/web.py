@@ -21,6 +21,7 @@ from bidder.http.asgi import Answer, ClientGone, HttpCall, encode_headers, json_
 from bidder.observability import CLIENT_CLOSED, RequestObserver, request_id_var
 from bidder.runtime import Runtime
 from bidder.settings import Settings
+from bidder.vast import OPENRTB_MACRO_NAMES
 from store.errors import POSTGRES_CLOSED, POSTGRES_UNREACHABLE, REDIS_DOWN
 from store.postgres import Conn
 
@@ -151,7 +152,18 @@ def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) 
             status=status,
             code=_HTTP_CODES.get(status, "INVALID_REQUEST"),
             headers=headers,
+            openrtb=_openrtb_pixel(request),
         ),
+    )
+
+
+def _openrtb_pixel(request: Request[Any, Any, Any]) -> bool:
+    """True for a call of an OpenRTB bid's tracking pixel (its URL carries the SSP's macros):
+    the deprecated interface's answers, its framework errors included, say so (bidder.tracking
+    tells its own answers the same way)."""
+    path = runtime_of(request).settings.server.tracking_path
+    return request.url.path == path and any(
+        name in OPENRTB_MACRO_NAMES for name in request.query_params
     )
 
 

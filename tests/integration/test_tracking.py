@@ -127,6 +127,29 @@ async def test_an_openrtb_pixel_carries_the_deprecation_headers_and_a_core_one_d
     assert forged.json() == {"error": "Invalid tracking URL signature"}
 
 
+async def test_a_wrong_method_on_a_pixel_is_answered_as_its_interface_answers(
+    live: Live,
+) -> None:
+    """The contract (Versioning): every response of the deprecated interface carries its
+    headers, so a POST on an OpenRTB bid's pixel gets the 405 in the OpenRTB shape; a Core
+    VAST's pixel, on the same path, gets the Core API's."""
+    bid = await make_bid(live)
+    pixel = fired(tracking_of(bid)["impression"])
+    for method in ("POST", "PUT"):
+        refused = await live.client.request(method, pixel)
+        assert_error(refused, 405, "METHOD_NOT_ALLOWED")
+        assert "GET" in refused.headers["allow"]
+    core_pixel = pixel.replace("&price=0.30", "").replace("&aud=119.47", "")
+    assert "price=" not in core_pixel
+    assert "aud=" not in core_pixel
+    refused = await live.client.post(core_pixel)
+    assert refused.status_code == 405
+    assert "Deprecation" not in refused.headers
+    assert set(refused.json()) == {"error"}
+    # Nothing was billed by the refused calls.
+    assert (await budget(live)).spent == 0
+
+
 async def test_bid_outcomes_and_loss_notices_are_counted(live: Live) -> None:
     """An operator watches the impression-billing and loss-notice rates (shared decisions:
     metrics of offers by outcome), an OpenRTB bid's outcome included."""
