@@ -89,13 +89,21 @@ def hot_state_errors() -> Iterator[None]:
         ) from exc
 
 
+#: Every Core API answer is one publisher's, made for one call (an offer request's GET
+#: reserves budget): no cache, shared or the client's own, may keep or replay it.
+_NO_STORE = {"Cache-Control": "no-store"}
+_NO_STORE_ENCODED = ((b"cache-control", b"no-store"),)
+
+
 def json_response(body: Any, status: int = 200) -> Response[bytes]:
-    return Response(_encoder.encode(body), status_code=status, media_type=MediaType.JSON)
+    return Response(
+        _encoder.encode(body), status_code=status, media_type=MediaType.JSON, headers=_NO_STORE
+    )
 
 
 def json_body_answer(body: Any, status: int = 200) -> Answer:
     """`json_response` as a bare answer (the hot routes)."""
-    return json_answer(_encoder.encode(body), status)
+    return json_answer(_encoder.encode(body), status, _NO_STORE_ENCODED)
 
 
 def query_flag(call: HttpCall, name: str) -> bool:

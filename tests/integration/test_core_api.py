@@ -98,6 +98,24 @@ async def test_offer_object_has_exactly_the_contract_fields(core: Core) -> None:
     assert before + timedelta(seconds=299) <= expires <= datetime.now(UTC) + timedelta(seconds=300)
 
 
+async def test_no_cache_keeps_an_offer_a_deal_or_a_playout(core: Core) -> None:
+    # An offer request's GET reserves budget for this one call: a cache that replayed its
+    # answer would hand out an offer the service did not make (docs/api-core.md, "No caching").
+    offer = await core.offer(SCREEN_MOVING)
+    assert offer.status_code == 200, offer.text
+    assert offer.headers["cache-control"] == "no-store"
+    body = {"action": "accept", "accepted_price_cents": offer.json()["bid_price_cents"]}
+    accepted = await core.respond(offer.json()["offer_id"], body)
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.headers["cache-control"] == "no-store"
+    confirmed = await core.confirm(accepted.json()["deal_id"], {"duration_seconds": 15})
+    assert confirmed.status_code == 200, confirmed.text
+    assert confirmed.headers["cache-control"] == "no-store"
+    listed = await core.client.get(f"{API}/screens", headers=core.auth)
+    assert listed.status_code == 200, listed.text
+    assert listed.headers["cache-control"] == "no-store"
+
+
 @pytest.mark.parametrize(
     ("screen_id", "asset"),
     [
