@@ -336,13 +336,19 @@ class _RequestIds:
         return f"{self._prefix}{next(self._next):016x}"
 
 
+#: A caller's request id the service repeats: 1 to 128 visible ASCII characters. Anything else
+#: (spaces, control or non-ASCII bytes) is replaced by one of the service's, so the id goes
+#: back in the answer's header and into the log as a plain token.
+_REQUEST_ID = re.compile(rb"[!-~]{1,128}")
+
+
 def _incoming_request_id(headers: Iterable[tuple[bytes, bytes]]) -> str:
-    """The caller's X-Request-ID when it is 1 to 128 characters, else an empty string."""
-    incoming = ""
+    """The caller's X-Request-ID when `_REQUEST_ID` takes it, else an empty string."""
+    incoming = b""
     for name, value in headers:  # the last one wins, as with dict(headers)
         if name == b"x-request-id":
-            incoming = value.decode("latin-1")
-    return incoming if len(incoming) <= 128 else ""
+            incoming = value
+    return incoming.decode("ascii") if _REQUEST_ID.fullmatch(incoming) else ""
 
 
 class RequestObserver:

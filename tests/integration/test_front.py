@@ -70,6 +70,23 @@ async def test_hot_routes_carry_a_request_id(core: Core) -> None:
     assert len(bid.headers["x-request-id"]) == 32
 
 
+async def test_only_a_plain_token_of_a_request_id_is_repeated(core: Core) -> None:
+    # docs/decisions.md: the caller's id of 1 to 128 visible ASCII characters; any other is
+    # replaced by one of the service's (32 hex digits).
+    screen_id = _moving_screen(core)
+    path = f"{API}/offers/request/{screen_id}"
+    kept = "t" * 128
+    answer = await core.client.get(path, headers={**core.auth, "X-Request-ID": kept})
+    assert answer.headers["x-request-id"] == kept
+    refused: list[bytes] = [b"t" * 129, b"trace 7", "trac\xe9".encode("latin-1"), b"a\tb"]
+    for value in refused:
+        answer = await core.client.get(path, headers={**core.auth, "X-Request-ID": value})
+        assert answer.status_code == 200, answer.text
+        replaced = answer.headers["x-request-id"]
+        assert len(replaced) == 32
+        assert set(replaced) <= set("0123456789abcdef")
+
+
 async def test_hot_routes_are_counted_under_their_route(core: Core) -> None:
     screen_id = _moving_screen(core)
     await core.offer(screen_id)
