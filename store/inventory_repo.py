@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import asyncpg
 import msgspec
@@ -578,6 +578,24 @@ async def list_screens(
     return [_screen(r) for r in rows]
 
 
+#: Per-item changes (pause, dates, deactivation, review) lock the item's row: see lock_item.
+_LOCK_ITEM = {
+    "campaigns": "SELECT 1 FROM campaigns WHERE id = $1 FOR UPDATE",
+    "screens": "SELECT 1 FROM screens WHERE id = $1 FOR UPDATE",
+    "creatives": "SELECT 1 FROM creatives WHERE id = $1 FOR UPDATE",
+}
+
+
+async def lock_item(
+    conn: Conn, table: Literal["campaigns", "screens", "creatives"], item_id: str
+) -> None:
+    """Hold an item's row until the caller's transaction ends. A per-item change reads the
+    item and writes all of it back (`import_document`): a budget top-up or another change
+    committed between the two would be overwritten. Locked first, the read waits for it and
+    sees it, and a top-up waits for the change."""
+    await conn.execute(_LOCK_ITEM[table], uuid.UUID(item_id))
+
+
 async def fetch_campaign(conn: Conn, campaign_id: str) -> Campaign | None:
     row = await conn.fetchrow("SELECT * FROM campaigns WHERE id = $1", uuid.UUID(campaign_id))
     return None if row is None else _campaign(row)
@@ -693,6 +711,7 @@ __all__ = [
     "import_document",
     "list_screens",
     "load_api_keys",
+    "lock_item",
     "revoke_api_key",
     "screen_count",
 ]

@@ -34,7 +34,13 @@ from matching.inventory import (
     Screen,
     Targeting,
 )
-from store.inventory_repo import InventoryRejected, fetch_campaign, fetch_screen, import_document
+from store.inventory_repo import (
+    InventoryRejected,
+    fetch_campaign,
+    fetch_screen,
+    import_document,
+    lock_item,
+)
 from store.postgres import Conn
 
 AnyRequest = Request[Any, Any, Any]
@@ -77,7 +83,8 @@ async def _change_campaign(
     request: AnyRequest, campaign_id: str, **changes: Any
 ) -> Response[bytes]:
     campaign_id = path_uuid(campaign_id, "campaign_id")
-    async with postgres(request) as conn:
+    async with postgres(request) as conn, conn.transaction():
+        await lock_item(conn, "campaigns", campaign_id)
         campaign = msgspec.structs.replace(await _campaign(conn, campaign_id), **changes)
         refused = await _store(conn, InventoryDocument(campaigns=[campaign]), "campaign")
         if refused is not None:
@@ -112,7 +119,8 @@ async def change_campaign(request: AnyRequest, campaign_id: FromPath[str]) -> Re
 @post("/screens/{screen_id:str}/deactivate", status_code=200)
 async def deactivate_screen(request: AnyRequest, screen_id: FromPath[str]) -> Response[bytes]:
     screen_id = path_uuid(screen_id, "screen_id")
-    async with postgres(request) as conn:
+    async with postgres(request) as conn, conn.transaction():
+        await lock_item(conn, "screens", screen_id)
         screen: Screen | None = await fetch_screen(conn, screen_id)
         if screen is None:
             raise NotFound(f"Screen {screen_id} not found")
@@ -126,7 +134,8 @@ async def deactivate_screen(request: AnyRequest, screen_id: FromPath[str]) -> Re
 
 async def _set_approval(request: AnyRequest, creative_id: str, approved: bool) -> Response[bytes]:
     creative_id = path_uuid(creative_id, "creative_id")
-    async with postgres(request) as conn:
+    async with postgres(request) as conn, conn.transaction():
+        await lock_item(conn, "creatives", creative_id)
         row = await conn.fetchrow(_CREATIVE_SQL, uuid.UUID(creative_id))
         if row is None:
             raise NotFound(f"Creative {creative_id} not found")

@@ -327,6 +327,36 @@ async def test_concurrent_top_ups_never_pass_the_largest_total(
     assert await _stored_total(servers) == Decimal("8000100000")
 
 
+async def test_top_ups_beside_pauses_and_changes_all_count(
+    app_client: Client, servers: ServerUrls
+) -> None:
+    """docs/decisions.md: once Postgres has committed a top-up it has happened. A pause, a
+    resume or a PATCH writes the campaign back as it read it; one that read before a top-up
+    committed must not undo it."""
+    before = await _stored_total(servers)
+    campaign_path = f"/admin/v1/campaigns/{CAMPAIGN}"
+    async with live_app(make_settings(servers, RECORD_WRITER="0")) as live:
+
+        async def top_ups() -> list[httpx.Response]:
+            return [await _top_up(live.client, 1, None) for _ in range(30)]
+
+        async def changes() -> list[httpx.Response]:
+            answers = []
+            for _ in range(10):
+                answers.append(await live.client.post(f"{campaign_path}/pause", headers=ADMIN))
+                answers.append(await live.client.post(f"{campaign_path}/resume", headers=ADMIN))
+                answers.append(
+                    await live.client.patch(campaign_path, headers=ADMIN, json={"end_at": None})
+                )
+            return answers
+
+        groups = await asyncio.gather(top_ups(), top_ups(), changes(), changes())
+    for answers in groups:
+        for answer in answers:
+            assert answer.status_code == 200, answer.text
+    assert await _stored_total(servers) == before + 60
+
+
 async def _top_up(
     client: Client | httpx.AsyncClient, cents: float, key: str | None, campaign: str = CAMPAIGN
 ) -> Any:
