@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from datetime import UTC, datetime, time
 from decimal import Decimal
 from typing import Any
@@ -17,7 +18,7 @@ import msgspec
 from litestar import Request, Response, Router, get
 
 from bidder.admin._common import ADMIN_PREFIX, json_response, path_uuid, require_admin
-from bidder.errors import BadRequest
+from bidder.errors import BadRequest, echoed
 from bidder.http.web import iso_utc, postgres
 from matching.money import plain
 from store.listings import LISTS, ListFilter, fetch_page
@@ -30,6 +31,15 @@ MAX_LIMIT = 500
 _FILTERS = ("status", "publisher_id", "campaign_id", "screen_id", "advertiser_id")
 
 
+def _in_utc(moment: datetime) -> datetime:
+    """`moment` in UTC; ValueError for one whose UTC time falls outside years 1-9999 (the
+    first day of year 1 east of Greenwich, the last of 9999 west of it)."""
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("out of range in UTC") from None
+
+
 def _moment(value: str, name: str) -> datetime:
     """An ISO 8601 instant with its zone, or a date (its UTC midnight)."""
     text = value.strip()
@@ -37,22 +47,26 @@ def _moment(value: str, name: str) -> datetime:
         if len(text) == len("YYYY-MM-DD"):
             return datetime.combine(datetime.fromisoformat(text).date(), time(0), UTC)
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if moment.tzinfo is not None:
+            return _in_utc(moment)
     except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise BadRequest(
-            f"{name} must be an ISO 8601 time with its zone (2026-05-04T10:00:00Z) or a date, "
-            f"got {text[:40]!r}"
-        )
-    return moment
+        pass
+    raise BadRequest(
+        f"{name} must be an ISO 8601 time with its zone (2026-05-04T10:00:00Z) or a date, "
+        f"got {echoed(text)}"
+    )
+
+
+_LIMIT = re.compile(r"[0-9]{1,4}")
 
 
 def _limit(value: str | None) -> int:
     if value is None:
         return DEFAULT_LIMIT
-    if not value.strip().isdigit() or not 1 <= int(value) <= MAX_LIMIT:
+    text = value.strip()
+    if _LIMIT.fullmatch(text) is None or not 1 <= int(text) <= MAX_LIMIT:
         raise BadRequest(f"limit must be a whole number from 1 to {MAX_LIMIT}")
-    return int(value)
+    return int(text)
 
 
 def _cursor(value: str | None) -> tuple[datetime | None, str] | None:
@@ -60,8 +74,10 @@ def _cursor(value: str | None) -> tuple[datetime | None, str] | None:
         return None
     try:
         moment, last_id = msgspec.json.decode(base64.urlsafe_b64decode(value.encode() + b"=="))
+        if not isinstance(last_id, str) or not isinstance(moment, str | None):
+            raise ValueError("not a cursor's types")
         return (
-            None if moment is None else datetime.fromisoformat(moment),
+            None if moment is None else _in_utc(datetime.fromisoformat(moment)),
             path_uuid(last_id, "id"),
         )
     except (ValueError, TypeError, binascii.Error, msgspec.DecodeError, BadRequest):
@@ -103,6 +119,8 @@ def _filter(request: Request[Any, Any, Any], name: str) -> ListFilter:
             values.append((key, path_uuid(raw, key)))
         elif len(raw) > 40:
             raise BadRequest(f"{key} is at most 40 characters")
+        elif any(char < " " for char in raw):
+            raise BadRequest(f"{key} must not hold control characters")
         else:
             values.append((key, raw.strip()))
     start = query.get("from")

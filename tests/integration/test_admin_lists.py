@@ -4,9 +4,12 @@ like an import and bumping the inventory version."""
 
 from __future__ import annotations
 
+import base64
+import json
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
@@ -89,6 +92,38 @@ async def test_offers_page_by_page_and_filtered(
     assert (await app_client.get("/admin/v1/offers")).status_code == 401
 
 
+def _cursor_of(moment: str | None, last_id: object) -> str:
+    """A cursor as the lists encode theirs (base64 of `[time, id]`), holding what a client
+    might forge."""
+    raw = json.dumps([moment, last_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+_LISTS = ["offers", "deals", "billing-records", "playouts", "api-keys", "screens", "campaigns"]
+
+
+@pytest.mark.parametrize("name", _LISTS)
+async def test_every_bad_list_parameter_is_400_never_500(
+    app_client: AsyncTestClient[Litestar], name: str
+) -> None:
+    # docs/reports.md: a bad `limit` or `cursor` is 400; README: bad values get 400, never 500.
+    bad: list[dict[str, str]] = [
+        {"limit": "\u00b2"},  # a superscript two: a digit to str.isdigit(), not to int()
+        {"limit": "\u0663"},  # an Arabic-Indic three
+        {"cursor": _cursor_of(None, 5)},
+        {"cursor": _cursor_of(None, ["a"])},
+        {"cursor": _cursor_of("0001-01-01T00:00:00+14:00", CAMPAIGN)},
+        {"from": "0001-01-01T00:00:00+14:00"},
+        {"to": "9999-12-31T23:59:59-12:00"},
+    ]
+    if name not in {"deals", "playouts"}:
+        bad += [{"status": "\x00"}, {"status": "a\x00b"}]
+    for params in bad:
+        answer = await app_client.get(f"/admin/v1/{name}", params=params, headers=ADMIN)
+        assert answer.status_code == 400, (params, answer.text)
+        assert set(answer.json()) == {"error"}
+
+
 async def test_api_keys_are_listed_without_their_secret(
     app_client: AsyncTestClient[Litestar], key: str
 ) -> None:
@@ -161,3 +196,18 @@ async def test_per_item_changes_are_validated_and_bump_the_version(
     missing = await app_client.post(f"/admin/v1/campaigns/{PUB}/pause", headers=ADMIN)
     assert missing.status_code == 404
     assert (await app_client.post(f"/admin/v1/campaigns/{CAMPAIGN}/pause")).status_code == 401
+
+
+async def test_an_id_uuid_would_misread_is_no_id(app_client: AsyncTestClient[Litestar]) -> None:
+    # docs/inventory.md: ids are UUIDs in their documented forms. `+` and a blank before 31
+    # digits, or 32 Arabic-Indic zeros, are other ids to Python's uuid.UUID: refused, never
+    # stored or looked up as those.
+    plus = "+" + CAMPAIGN.replace("-", "")[1:]
+    shown = await app_client.get(f"/admin/v1/campaigns/{plus}", headers=ADMIN)
+    assert shown.status_code == 400, shown.text
+    for written in (plus, " " + CAMPAIGN.replace("-", "")[1:], "\u0660" * 32):
+        document = {"publishers": [{"id": written, "name": "Typo Media"}]}
+        stored = await app_client.put("/admin/v1/inventory", json=document, headers=ADMIN)
+        assert stored.status_code == 400, (written, stored.text)
+    listed = await app_client.get("/admin/v1/inventory", headers=ADMIN)
+    assert "Typo Media" not in listed.text
