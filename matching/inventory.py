@@ -344,9 +344,25 @@ CANONICAL_UUID = re.compile(
 )
 
 
+#: The forms of a UUID an id may be written in: 32 hex digits, hyphenated 8-4-4-4-12 or not,
+#: either case, in braces or after `urn:uuid:` (in lower case, as uuid.UUID reads it).
+#: uuid.UUID itself takes more (a sign, blanks, underscores, digits of other scripts) and reads
+#: them as some other id.
+_UUID_DIGITS = r"(?:[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+_UUID_FORM = re.compile(rf"(?-i:urn:uuid:)?(?:{_UUID_DIGITS}|\{{{_UUID_DIGITS}\}})", re.IGNORECASE)
+
+
+def parse_uuid(value: str) -> uuid.UUID:
+    """`value` as a UUID when it is written in one of `_UUID_FORM`'s forms; ValueError
+    otherwise."""
+    if _UUID_FORM.fullmatch(value) is None:
+        raise ValueError(f"not a UUID: {value[:64]!r}")
+    return uuid.UUID(value)
+
+
 def is_uuid(value: str) -> bool:
     try:
-        uuid.UUID(value)
+        parse_uuid(value)
     except ValueError:
         return False
     return True
@@ -354,12 +370,12 @@ def is_uuid(value: str) -> bool:
 
 def canonical_uuid(value: str) -> str:
     """`value` in the one form ids are kept under (lower case, hyphens) when it is a UUID in
-    any form RFC 4122 readers take (upper case, `{...}`, no hyphens, `urn:uuid:`); anything
+    a form RFC 4122 readers take (upper case, `{...}`, no hyphens, `urn:uuid:`); anything
     else as it is, for the checks to name and for nothing to be found by."""
     if CANONICAL_UUID.fullmatch(value) is not None:
         return value.lower()
     try:
-        return str(uuid.UUID(value))
+        return str(parse_uuid(value))
     except ValueError:
         return value
 

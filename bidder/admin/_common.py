@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any, TypeVar
 
 import msgspec
@@ -15,7 +14,7 @@ from bidder.auth import admin_token_ok, shown_as_id
 from bidder.errors import UNREADABLE_JSON, BadRequest, Unauthorized
 from bidder.field_problems import check_decimal_text
 from bidder.json_keys import refuse_duplicate_keys
-from matching.inventory import Problem
+from matching.inventory import Problem, parse_uuid
 
 ADMIN_PREFIX = "/admin/v1"
 
@@ -72,6 +71,6 @@ async def read_body(request: Request[Any, Any, Any], into: type[T], what: str) -
 def path_uuid(value: str, name: str) -> str:
     """A UUID from the path in its canonical form, or 400."""
     try:
-        return str(uuid.UUID(value))
+        return str(parse_uuid(value))
     except ValueError:
         raise BadRequest(f"{name} must be a UUID, got {shown_as_id(value)}") from None

@@ -4,7 +4,6 @@ Postgres connection set up like the service's, UUID and port arguments and JSON 
 from __future__ import annotations
 
 import argparse
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -14,6 +13,7 @@ import msgspec
 from bidder.auth import shown_as_id
 from bidder.observability import configure_logging
 from bidder.settings import Settings, load_settings
+from matching.inventory import parse_uuid
 from store.postgres import CONNECT_ERRORS, Conn, create_pool, describe_connect_error
 
 T = TypeVar("T")
@@ -35,7 +35,7 @@ def command_settings(*, redis: bool = True, secrets: bool = False) -> Settings:
 def uuid_argument(value: str) -> str:
     """An argparse type: a UUID, in its canonical form."""
     try:
-        return str(uuid.UUID(value))
+        return str(parse_uuid(value))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a UUID: {shown_as_id(value)}") from None
 

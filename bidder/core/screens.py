@@ -30,6 +30,7 @@ from matching.inventory import (
     Screen,
     ScreenType,
     canonical_uuid,
+    parse_uuid,
     validate_document,
 )
 from store.inventory_repo import (
@@ -232,7 +233,7 @@ def _screen_problems(screen: Screen) -> list[FieldProblem]:
 def _screen_id(value: str) -> str:
     """A screen id from the path; anything that is not a UUID cannot name a screen: 404."""
     try:
-        return str(uuid.UUID(value))
+        return str(parse_uuid(value))
     except ValueError:
         raise NotFound("Screen not found") from None
 
@@ -251,7 +252,7 @@ def _page_params(request: Request[Any, Any, Any]) -> tuple[int, str | None]:
     cursor = request.query_params.get("cursor") or None
     if cursor is not None:
         try:
-            cursor = str(uuid.UUID(cursor))
+            cursor = str(parse_uuid(cursor))
         except ValueError:
             raise BadRequest("cursor must be the next_cursor of a previous page") from None
     return limit, cursor
@@ -331,7 +332,7 @@ async def register_screen(request: Request[Any, Any, Any]) -> Response[bytes]:
     fields = msgspec.structs.asdict(body)
     screen_id = fields.pop("id") or str(uuid.uuid4())
     try:
-        screen_id = str(uuid.UUID(screen_id))
+        screen_id = str(parse_uuid(screen_id))
     except ValueError:  # every problem of the screen, this one among them
         return _rejected(_value_problems(body, caller.publisher_id))
     screen = Screen(**fields, id=screen_id, publisher_id=caller.publisher_id)

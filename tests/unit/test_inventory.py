@@ -16,7 +16,10 @@ from matching.inventory import (
     Daypart,
     InventoryDocument,
     Targeting,
+    canonical_uuid,
+    is_uuid,
     mime_type_for,
+    parse_uuid,
     validate_document,
 )
 from tests.support.factories import (
@@ -705,3 +708,47 @@ def test_money_decodes_exactly() -> None:
     )
     assert doc.campaigns[0].cpm_cents == Decimal("0.1")
     assert doc.campaigns[0].budget_cents == Decimal("12345678.123456")
+
+
+_ONE = "d5f843ab-1b54-4f8a-abb5-d955466a030a"
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        _ONE,
+        _ONE.upper(),
+        _ONE.replace("-", ""),
+        "{" + _ONE + "}",
+        "{" + _ONE.replace("-", "") + "}",
+        "urn:uuid:" + _ONE,
+        "urn:uuid:" + _ONE.upper(),
+    ],
+)
+def test_an_id_in_a_documented_form_is_the_same_id(written: str) -> None:
+    # docs/inventory.md: UUIDs in any letter case, hyphenated or 32 hex digits, in braces or
+    # after urn:uuid:.
+    assert canonical_uuid(written) == _ONE
+    assert str(parse_uuid(written)) == _ONE
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "+" + _ONE.replace("-", "")[1:],  # uuid.UUID reads this as 0d5f...
+        " " + _ONE.replace("-", "")[1:],
+        _ONE.replace("-", "")[:8] + "_" + _ONE.replace("-", "")[9:],
+        "\u0660" * 32,  # Arabic-Indic zeros: the nil UUID to uuid.UUID
+        _ONE[:-1],
+        "{" + _ONE,
+        _ONE[:8] + _ONE[9:],  # hyphens in some places only
+        " " + _ONE,
+        _ONE + "\n",
+        "URN:UUID:" + _ONE,
+    ],
+)
+def test_anything_else_is_no_id(written: str) -> None:
+    assert not is_uuid(written)
+    assert canonical_uuid(written) == written  # kept as given, for the checks to name
+    with pytest.raises(ValueError, match="not a UUID"):
+        parse_uuid(written)
