@@ -157,7 +157,8 @@ async def _known_ids(conn: Conn, table: str) -> set[str]:
 
 async def _external_id_conflicts(conn: Conn, doc: InventoryDocument) -> list[Problem]:
     """Screens whose (publisher, external_id) is held by a stored screen the document leaves as
-    it is (a holder that the document moves to another external id is no conflict)."""
+    it is (a holder that the document moves to another publisher or external id is no
+    conflict: the document's end state is what must be unique)."""
     wanted = [
         (i, s)
         for i, s in enumerate(doc.screens)
@@ -181,13 +182,14 @@ async def _external_id_conflicts(conn: Conn, doc: InventoryDocument) -> list[Pro
         [uuid.UUID(s.publisher_id) for _, s in wanted],
         [s.external_id for _, s in wanted],
     )
-    in_document = {s.id: s.external_id for s in doc.screens}
+    in_document = {s.id: (s.publisher_id, s.external_id) for s in doc.screens}
     problems = []
     for row in rows:
         holder = str(row["holder"])
         screen = doc.screens[row["idx"]]
-        if holder in in_document and in_document[holder] != screen.external_id:
-            continue
+        held = in_document.get(holder)
+        if held is not None and held != (screen.publisher_id, screen.external_id):
+            continue  # the document moves the holder to another publisher or external id
         problems.append(
             Problem(
                 list="screens",

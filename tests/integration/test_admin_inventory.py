@@ -239,6 +239,35 @@ async def test_a_stored_screens_external_id_is_listed_with_the_other_problems(
     assert found == {("screens", 0, "external_id"), ("screens", 1, "width")}
 
 
+async def test_a_document_may_hand_an_external_id_on_within_itself(
+    app_client: Client,
+) -> None:
+    """docs/inventory.md: `external_id` is unique among the publisher's screens. A document
+    that moves a stored screen to another publisher and gives its external id to a new screen
+    of the first leaves each publisher with it once: taken, as the same two steps are."""
+    assert (await put_doc(app_client, full_document())).status_code == 200
+    stored = full_document()["screens"][0]
+    assert stored["publisher_id"] == PUB
+    assert stored["external_id"] is not None
+    moved = {**stored, "publisher_id": PUB_OTHER}
+    newcomer = {**stored, "id": uid(79, 3), "name": "Newcomer"}
+    response = await put_doc(app_client, {"screens": [moved, newcomer]})
+    assert response.status_code == 200, response.text
+    exported = {
+        s["id"]: s
+        for s in parsed((await app_client.get("/admin/v1/inventory", headers=ADMIN)).content)[
+            "screens"
+        ]
+    }
+    assert exported[stored["id"]]["publisher_id"] == PUB_OTHER
+    assert exported[uid(79, 3)]["external_id"] == stored["external_id"]
+    assert exported[uid(79, 3)]["publisher_id"] == PUB
+    # Kept where the stored holder stays: the new screen's twin is still refused.
+    twin = {**stored, "id": uid(80, 3), "name": "Twin"}
+    refused = await put_doc(app_client, {"screens": [twin]})
+    assert refused.status_code == 400, refused.text
+
+
 @pytest.mark.parametrize(
     ("body", "fragment"),
     [(b"{not json", "not valid JSON"), (b"[]", "Expected `object`"), (b"", "not valid JSON")],
