@@ -348,7 +348,7 @@ CANONICAL_UUID = re.compile(
 #: either case, in braces or after `urn:uuid:` (in lower case, as uuid.UUID reads it).
 #: uuid.UUID itself takes more (a sign, blanks, underscores, digits of other scripts) and reads
 #: them as some other id.
-_UUID_DIGITS = r"(?:[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+_UUID_DIGITS = rf"(?:[0-9a-f]{{32}}|{CANONICAL_UUID.pattern})"
 _UUID_FORM = re.compile(rf"(?-i:urn:uuid:)?(?:{_UUID_DIGITS}|\{{{_UUID_DIGITS}\}})", re.IGNORECASE)
 
 

@@ -20,6 +20,7 @@ from litestar import Request, Response, Router, get
 from bidder.admin._common import ADMIN_PREFIX, json_response, path_uuid, require_admin
 from bidder.errors import BadRequest, echoed
 from bidder.http.web import iso_utc, postgres
+from matching.inventory import in_utc
 from matching.money import plain
 from store.listings import LISTS, ListFilter, fetch_page
 from store.postgres import aware
@@ -31,15 +32,6 @@ MAX_LIMIT = 500
 _FILTERS = ("status", "publisher_id", "campaign_id", "screen_id", "advertiser_id")
 
 
-def _in_utc(moment: datetime) -> datetime:
-    """`moment` in UTC; ValueError for one whose UTC time falls outside years 1-9999 (the
-    first day of year 1 east of Greenwich, the last of 9999 west of it)."""
-    try:
-        return moment.astimezone(UTC)
-    except OverflowError:
-        raise ValueError("out of range in UTC") from None
-
-
 def _moment(value: str, name: str) -> datetime:
     """An ISO 8601 instant with its zone, or a date (its UTC midnight)."""
     text = value.strip()
@@ -47,8 +39,9 @@ def _moment(value: str, name: str) -> datetime:
         if len(text) == len("YYYY-MM-DD"):
             return datetime.combine(datetime.fromisoformat(text).date(), time(0), UTC)
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        if moment.tzinfo is not None:
-            return _in_utc(moment)
+        utc = in_utc(moment) if moment.tzinfo is not None else None
+        if utc is not None:  # None too when its UTC time falls outside years 1-9999
+            return utc
     except ValueError:
         pass
     raise BadRequest(
@@ -76,10 +69,10 @@ def _cursor(value: str | None) -> tuple[datetime | None, str] | None:
         moment, last_id = msgspec.json.decode(base64.urlsafe_b64decode(value.encode() + b"=="))
         if not isinstance(last_id, str) or not isinstance(moment, str | None):
             raise ValueError("not a cursor's types")
-        return (
-            None if moment is None else _in_utc(datetime.fromisoformat(moment)),
-            path_uuid(last_id, "id"),
-        )
+        at = None if moment is None else in_utc(datetime.fromisoformat(moment))
+        if at is None and moment is not None:
+            raise ValueError("a time outside years 1-9999 in UTC")
+        return at, path_uuid(last_id, "id")
     except (ValueError, TypeError, binascii.Error, msgspec.DecodeError, BadRequest):
         raise BadRequest("cursor is not one this list gave (use next_cursor as given)") from None
 
