@@ -24,7 +24,7 @@ from bidder.offers import is_test_offer
 from bidder.runtime import Runtime, utcnow
 from bidder.settings import Settings
 from bidder.signing import query_values, verify
-from bidder.vast import IMPRESSION_EVENT, OPENRTB_MACRO_NAMES, TRACKING_SIGNED, macro_value
+from bidder.vast import IMPRESSION_EVENT, TRACKING_SIGNED, macro_value, names_openrtb_macros
 from matching.money import split_gross
 from store.errors import REDIS_DOWN
 
@@ -51,7 +51,7 @@ async def handle_track(request: Request[Any, Any, Any], path: str) -> Response[b
     # Its URL carries the SSP's macros (`price`, `aud`), a Core VAST's does not; the script's
     # answer says it for sure when the offer is still known. Read from the query as sent, so a
     # URL refused for a signed parameter given twice (`params` None) is told too.
-    macros = any(name in OPENRTB_MACRO_NAMES for name, _ in pairs)
+    macros = names_openrtb_macros(name for name, _ in pairs)
     deprecated = deprecation_headers(rt.settings) if macros else {}
     if (
         params is None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Iterable
 from decimal import Decimal
 from functools import lru_cache
 from xml.sax.saxutils import quoteattr
@@ -36,9 +37,13 @@ TRACKING_EVENTS = (IMPRESSION_EVENT, *LINEAR_EVENTS)
 # Parameters covered by the tracking signature; `price` and `aud` are SSP macros, left unsigned.
 TRACKING_SIGNED = ("offer_id", "event", "pub", "scr", "ts")
 OPENRTB_MACROS = (("price", "${AUCTION_PRICE}"), ("aud", "${TOTAL_IMP}"))
-#: The query names that tell an OpenRTB bid's pixel from a Core VAST's: only the former's URL
-#: carries the SSP's macros.
-OPENRTB_MACRO_NAMES = frozenset(name for name, _ in OPENRTB_MACROS)
+_OPENRTB_MACRO_NAMES = frozenset(name for name, _ in OPENRTB_MACROS)
+
+
+def names_openrtb_macros(query_names: Iterable[str]) -> bool:
+    """Whether a tracking pixel's query names the SSP's macros: only an OpenRTB bid's URL
+    carries them, so they tell its pixel from a Core VAST's."""
+    return any(name in _OPENRTB_MACRO_NAMES for name in query_names)
 
 
 def macro_value(value: str | None) -> str | None:

@@ -21,7 +21,7 @@ from bidder.http.asgi import Answer, ClientGone, HttpCall, encode_headers, json_
 from bidder.observability import CLIENT_CLOSED, RequestObserver, request_id_var
 from bidder.runtime import Runtime
 from bidder.settings import Settings
-from bidder.vast import OPENRTB_MACRO_NAMES
+from bidder.vast import names_openrtb_macros
 from store.errors import POSTGRES_CLOSED, POSTGRES_UNREACHABLE, REDIS_DOWN
 from store.postgres import Conn
 
@@ -162,9 +162,7 @@ def _openrtb_pixel(request: Request[Any, Any, Any]) -> bool:
     the deprecated interface's answers, its framework errors included, say so (bidder.tracking
     tells its own answers the same way)."""
     path = runtime_of(request).settings.server.tracking_path
-    return request.url.path == path and any(
-        name in OPENRTB_MACRO_NAMES for name in request.query_params
-    )
+    return request.url.path == path and names_openrtb_macros(request.query_params)
 
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
